@@ -1,0 +1,127 @@
+/* librdzv: join a rendezvous group served by rdzvd and read the assignment.
+ *
+ * Ownership: every object returned by a *_new or an out-parameter of type
+ * T ** belongs to the caller and is released with the matching *_destroy,
+ * which accepts NULL, may be called twice and NULLs the caller's pointer.
+ * Strings returned by getters belong to the object they came from and live
+ * as long as it does. Functions return 0 on success or a negative
+ * rdzv_result_t; the reason is then in rdzv_client_error().
+ *
+ * The library uses libzmq directly (no czmq), installs no signal handlers and
+ * starts no threads of its own beyond libzmq's I/O thread, so it is safe to
+ * load into an engine's process. One client must not be used from two
+ * threads at once; use one client per thread. */
+#ifndef RDZV_H
+#define RDZV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RDZV_VERSION_STRING "0.1.0"
+
+typedef enum {
+    RDZV_OK = 0,
+    RDZV_ERR_USAGE = -1,     /* bad argument from the caller */
+    RDZV_ERR_TIMEOUT = -2,   /* deadline passed */
+    RDZV_ERR_REFUSED = -3,   /* the server answered with an error code */
+    RDZV_ERR_IO = -4,        /* local failure: sockets, memory */
+} rdzv_result_t;
+
+typedef struct rdzv_client rdzv_client_t;
+typedef struct rdzv_assignment rdzv_assignment_t;
+
+/* What a rank says about itself when it joins. NULL host or node: the
+ * defaults (the address of the interface that routes to the server; the
+ * hostname). timeout_ms <= 0: 60000. nccl_id NULL: the server's default. */
+typedef struct {
+    const char *group;
+    int world;
+    int rank;
+    const char *host;
+    const char *node;
+    int timeout_ms;
+    const char *nccl_id;     /* "server" or "none" */
+} rdzv_join_args_t;
+
+/* Connects lazily to endpoint (a ZeroMQ endpoint such as
+ * "tcp://127.0.0.1:29400"). session NULL: a fresh random session id, which
+ * is what a new process should use; pass the old one to resume. Returns
+ * NULL on failure with the reason in err (if errlen > 0). */
+rdzv_client_t *rdzv_client_new(const char *endpoint, const char *session,
+                               char *err, size_t errlen);
+void rdzv_client_destroy(rdzv_client_t **self_p);
+
+const char *rdzv_client_session(const rdzv_client_t *self);
+/* Reason for the last failure, one line; "" after a success. */
+const char *rdzv_client_error(const rdzv_client_t *self);
+/* Server error code of the last RDZV_ERR_REFUSED (e.g. "bad_rank"), else "". */
+const char *rdzv_client_error_code(const rdzv_client_t *self);
+/* Deadline of requests that wait on nobody (status, kv_get, kv_put,
+ * heartbeat, group_delete); default 10000 ms. Join and kv_wait use their
+ * own timeouts. Returns 0 or RDZV_ERR_USAGE if timeout_ms is not in
+ * 1..86400000. */
+int rdzv_client_set_request_timeout(rdzv_client_t *self, int timeout_ms);
+
+/* Blocks until every rank has joined, the deadline passes or the server
+ * refuses. On success *out holds a new assignment owned by the caller.
+ * Rides through a rdzvd restart by resending the same join. */
+int rdzv_join(rdzv_client_t *self, const rdzv_join_args_t *args,
+              rdzv_assignment_t **out);
+
+/* Tells the server the rank is alive; *epoch_out (may be NULL) gets the
+ * group's current epoch. RDZV_ERR_REFUSED with code "stale_epoch" when the
+ * group has moved past the given epoch. */
+int rdzv_heartbeat(rdzv_client_t *self, const char *group, int rank,
+                   int64_t epoch, int64_t *epoch_out);
+
+/* KV scoped to group and epoch; values are byte strings up to 64 KiB that
+ * must not contain NUL. *value_out is malloc'd, NUL-terminated, the
+ * caller's to free. */
+int rdzv_kv_put(rdzv_client_t *self, const char *group, int64_t epoch,
+                const char *key, const char *value);
+int rdzv_kv_get(rdzv_client_t *self, const char *group, int64_t epoch,
+                const char *key, char **value_out);
+int rdzv_kv_wait(rdzv_client_t *self, const char *group, int64_t epoch,
+                 const char *key, int timeout_ms, char **value_out);
+
+/* *json_out: malloc'd JSON text of the status reply's "groups" array. group
+ * NULL: every group. */
+int rdzv_status(rdzv_client_t *self, const char *group, char **json_out);
+int rdzv_group_delete(rdzv_client_t *self, const char *group);
+
+/* Assignment getters. */
+void rdzv_assignment_destroy(rdzv_assignment_t **self_p);
+const char *rdzv_assignment_group(const rdzv_assignment_t *self);
+int64_t rdzv_assignment_epoch(const rdzv_assignment_t *self);
+int rdzv_assignment_rank(const rdzv_assignment_t *self);
+int rdzv_assignment_world(const rdzv_assignment_t *self);
+const char *rdzv_assignment_master_addr(const rdzv_assignment_t *self);
+int rdzv_assignment_master_port(const rdzv_assignment_t *self);
+size_t rdzv_assignment_port_count(const rdzv_assignment_t *self);
+int rdzv_assignment_port(const rdzv_assignment_t *self, size_t i);
+/* NULL when the group has no NCCL ID. hex: 256 lowercase characters. */
+const char *rdzv_assignment_nccl_id_hex(const rdzv_assignment_t *self);
+/* Copies the 128 raw bytes; returns 0, or RDZV_ERR_USAGE if there is none. */
+int rdzv_assignment_nccl_id(const rdzv_assignment_t *self,
+                            unsigned char out[128]);
+size_t rdzv_assignment_member_count(const rdzv_assignment_t *self);
+const char *rdzv_assignment_member_host(const rdzv_assignment_t *self, size_t i);
+const char *rdzv_assignment_member_node(const rdzv_assignment_t *self, size_t i);
+/* The assignment as the server sent it: JSON text owned by self. */
+const char *rdzv_assignment_json(const rdzv_assignment_t *self);
+/* Parses assignment JSON (as printed by `rdzv join`); NULL if malformed. */
+rdzv_assignment_t *rdzv_assignment_from_json(const char *json);
+
+/* The environment a rank's program gets: "KEY=VALUE" lines, one per
+ * variable (RDZV_*, MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, VLLM_*).
+ * malloc'd; the caller frees it. */
+char *rdzv_assignment_env(const rdzv_assignment_t *self);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,39 @@
+/* Constants of the rdzv wire protocol (docs/protocol.md), shared by rdzvd,
+ * librdzv, the agent and the shim so that no side hard-codes a number. */
+#ifndef RDZV_PROTO_H
+#define RDZV_PROTO_H
+
+#define RDZV_PROTO_VERSION        1
+#define RDZV_MAX_VALUE            65536          /* KV value bytes */
+#define RDZV_MAX_FRAME            (RDZV_MAX_VALUE + 4096)
+#define RDZV_HARD_MAX_FRAME       (1 << 20)      /* ZMQ_MAXMSGSIZE: dropped unread */
+#define RDZV_MAX_NAME             255            /* group, key, host, node, session */
+#define RDZV_NCCL_ID_BYTES        128
+#define RDZV_NCCL_ID_HEX          (2 * RDZV_NCCL_ID_BYTES)
+#define RDZV_DEFAULT_TIMEOUT_MS   60000
+#define RDZV_MAX_TIMEOUT_MS       86400000
+
+#define RDZV_DEFAULT_ENDPOINT     "tcp://127.0.0.1:29400"
+#define RDZV_DEFAULT_BIND         "tcp://*:29400"
+#define RDZV_DEFAULT_PORT_BASE    19500
+#define RDZV_DEFAULT_PORTS_PER_RANK 32
+#define RDZV_DEFAULT_PORT_LIMIT   32768
+#define RDZV_DEFAULT_MAX_WORLD    65536
+
+/* Error codes, as they appear in {"error":{"code":...}}. */
+#define RDZV_E_BAD_JSON        "bad_json"
+#define RDZV_E_BAD_VERSION     "bad_version"
+#define RDZV_E_UNKNOWN_OP      "unknown_op"
+#define RDZV_E_BAD_REQUEST     "bad_request"
+#define RDZV_E_TOO_LARGE       "too_large"
+#define RDZV_E_BAD_WORLD       "bad_world"
+#define RDZV_E_BAD_RANK        "bad_rank"
+#define RDZV_E_WORLD_MISMATCH  "world_mismatch"
+#define RDZV_E_RANK_TAKEN      "rank_taken"
+#define RDZV_E_STALE_EPOCH     "stale_epoch"
+#define RDZV_E_NOT_FOUND       "not_found"
+#define RDZV_E_PORTS_EXHAUSTED "ports_exhausted"
+#define RDZV_E_TIMEOUT         "timeout"
+#define RDZV_E_INTERNAL        "internal"
+
+#endif

@@ -1,0 +1,25 @@
+/* Small helpers shared by rdzvd, librdzv, the agent and the shim. */
+#ifndef RDZV_UTIL_H
+#define RDZV_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Writes 2*len lowercase hex characters and a NUL into out. */
+void rdzv_hex_encode(const unsigned char *in, size_t len, char *out);
+/* Decodes exactly 2*len hex characters; returns 0 or -1 if malformed. */
+int rdzv_hex_decode(const char *hex, unsigned char *out, size_t len);
+
+/* Names (group, key): 1..255 printable ASCII bytes, no spaces. */
+bool rdzv_name_valid(const char *s);
+/* Free text (host, node, session): 1..255 bytes, no control characters. */
+bool rdzv_text_valid(const char *s);
+
+/* Fills out with nbytes random bytes from getrandom(); returns 0 or -1. */
+int rdzv_random_bytes(void *out, size_t nbytes);
+
+/* Monotonic clock in milliseconds, for deadlines. */
+int64_t rdzv_now_ms(void);
+
+#endif

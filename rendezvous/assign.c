@@ -1,0 +1,198 @@
+/* Completing an epoch: lay out plans, make the NCCL ID, answer every rank.
+ * Also the assignment and status documents built from a complete group. */
+#include "core.h"
+#include "proto.h"
+#include "rdzv_proto.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void s_refuse_waiters(rdzv_core_t *self, rdzv_group_t *g, const char *code,
+                             const char *message)
+{
+    for (int r = 0; g->waiting > 0 && r < g->world; r++) {
+        rdzv_member_t *m = g->members[r];
+        if (m && m->waiting) {
+            m->waiting = false;
+            g->waiting--;
+            rdzv_core_error(self, &m->peer, code, "group %s: %s", g->name, message);
+        }
+    }
+}
+
+/* Plans are laid out by rank, never by arrival, so they do not depend on
+ * join order; a (group, rank, node) that had a block keeps it. */
+static int s_lay_out_plans(rdzv_core_t *self, rdzv_group_t *g)
+{
+    int k = rdzv_plans_ports_per_rank(self->plans);
+    for (int r = 0; r < g->world; r++) {
+        const rdzv_member_t *m = g->members[r];
+        if (rdzv_plans_find(self->plans, m->node, g->name, r) >= 0)
+            continue;
+        int start = rdzv_plans_first_free(self->plans, m->node);
+        if (start < 0) {
+            s_refuse_waiters(self, g, RDZV_E_PORTS_EXHAUSTED,
+                             "no free block of ports on a rank's node");
+            rdzv_core_log("refuse", "code=ports_exhausted group=%s rank=%d node=%s",
+                          g->name, r, m->node);
+            return -1;
+        }
+        cJSON *rec = cJSON_CreateObject();
+        cJSON_AddStringToObject(rec, "t", "plan");
+        cJSON_AddStringToObject(rec, "g", g->name);
+        cJSON_AddNumberToObject(rec, "rank", r);
+        cJSON_AddStringToObject(rec, "node", m->node);
+        cJSON_AddNumberToObject(rec, "start", start);
+        cJSON_AddNumberToObject(rec, "count", k);
+        if (rdzv_core_record(self, rec) < 0) {
+            s_refuse_waiters(self, g, RDZV_E_INTERNAL, "cannot record a port plan");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int s_make_nccl_id(rdzv_core_t *self, rdzv_group_t *g, char *hex)
+{
+    char err[256];
+    g->root = rdzv_ncclroot_start(self->cfg.nccl_helper, self->cfg.nccl_root_timeout_s,
+                                  hex, err, sizeof err);
+    if (g->root)
+        return 0;
+    rdzv_core_log("nccl", "group=%s cannot make an NCCL unique ID: %s", g->name, err);
+    s_refuse_waiters(self, g, RDZV_E_INTERNAL, "cannot make an NCCL unique ID");
+    return -1;
+}
+
+void rdzv_group_release(rdzv_core_t *self, rdzv_group_t *g)
+{
+    char hex[RDZV_NCCL_ID_HEX + 1];
+    if (s_lay_out_plans(self, g) < 0 || (g->nccl && s_make_nccl_id(self, g, hex) < 0))
+        return;
+    cJSON *rec = cJSON_CreateObject();
+    cJSON_AddStringToObject(rec, "t", "complete");
+    cJSON_AddStringToObject(rec, "g", g->name);
+    cJSON_AddNumberToObject(rec, "epoch", (double) g->epoch);
+    if (g->nccl)
+        cJSON_AddStringToObject(rec, "nccl_id", hex);
+    else
+        cJSON_AddNullToObject(rec, "nccl_id");
+    if (rdzv_core_record(self, rec) < 0) {
+        rdzv_ncclroot_destroy(&g->root);
+        s_refuse_waiters(self, g, RDZV_E_INTERNAL, "cannot record the assignment");
+        return;
+    }
+    rdzv_core_log("assign", "group=%s epoch=%lld world=%d master=%s",
+                  g->name, (long long) g->epoch, g->world, g->members[0]->host);
+    for (int r = 0; r < g->world; r++) {
+        rdzv_member_t *m = g->members[r];
+        if (!m->waiting)
+            continue;
+        m->waiting = false;
+        rdzv_core_reply(self, &m->peer,
+                        rdzv_assignment_reply(self, g, r, m->peer.req, m->want_members));
+        self->assignments++;
+    }
+    g->waiting = 0;
+}
+
+int rdzv_group_next_epoch(rdzv_core_t *self, rdzv_group_t *g, const char *why)
+{
+    for (rdzv_kv_waiter_t *w = zlistx_first(g->kv_waiters); w; w = zlistx_next(g->kv_waiters))
+        rdzv_core_error(self, &w->peer, RDZV_E_STALE_EPOCH, "group %s moved past epoch %lld",
+                        g->name, (long long) g->epoch);
+    zlistx_purge(g->kv_waiters);
+    cJSON *rec = cJSON_CreateObject();
+    cJSON_AddStringToObject(rec, "t", "epoch");
+    cJSON_AddStringToObject(rec, "g", g->name);
+    cJSON_AddNumberToObject(rec, "epoch", (double) (g->epoch + 1));
+    if (rdzv_core_record(self, rec) < 0)
+        return -1;
+    self->epoch_changes++;
+    rdzv_core_log("epoch", "group=%s epoch=%lld reason=\"%s\"", g->name,
+                  (long long) g->epoch, why);
+    return 0;
+}
+
+static int s_port_start(rdzv_core_t *self, const rdzv_group_t *g, int rank)
+{
+    return rdzv_plans_find(self->plans, g->members[rank]->node, g->name, rank);
+}
+
+static cJSON *s_members(rdzv_core_t *self, const rdzv_group_t *g, bool with_ports)
+{
+    cJSON *members = cJSON_CreateArray();
+    for (int r = 0; r < g->world; r++) {
+        const rdzv_member_t *m = g->members[r];
+        if (!m)
+            continue;
+        cJSON *item = cJSON_CreateObject();
+        cJSON_AddNumberToObject(item, "rank", r);
+        cJSON_AddStringToObject(item, "host", m->host);
+        cJSON_AddStringToObject(item, "node", m->node);
+        if (with_ports) {
+            int start = s_port_start(self, g, r);
+            if (start >= 0) {
+                int range[2] = { start, start + rdzv_plans_ports_per_rank(self->plans) - 1 };
+                cJSON_AddItemToObject(item, "ports", cJSON_CreateIntArray(range, 2));
+            } else
+                cJSON_AddNullToObject(item, "ports");
+            cJSON_AddNumberToObject(item, "epoch", (double) m->epoch);
+            cJSON_AddBoolToObject(item, "alive",
+                                  self->now_ms - m->last_seen_ms < self->cfg.dead_after_ms);
+        }
+        cJSON_AddItemToArray(members, item);
+    }
+    return members;
+}
+
+char *rdzv_assignment_reply(rdzv_core_t *self, rdzv_group_t *g, int rank,
+                            int64_t req_id, bool with_members)
+{
+    int k = rdzv_plans_ports_per_rank(self->plans);
+    int first = s_port_start(self, g, rank);
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "v", RDZV_PROTO_VERSION);
+    cJSON_AddNumberToObject(root, "id", (double) req_id);
+    cJSON_AddBoolToObject(root, "ok", 1);
+    cJSON *a = cJSON_AddObjectToObject(root, "assignment");
+    cJSON_AddStringToObject(a, "group", g->name);
+    cJSON_AddNumberToObject(a, "epoch", (double) g->epoch);
+    cJSON_AddNumberToObject(a, "rank", rank);
+    cJSON_AddNumberToObject(a, "world", g->world);
+    cJSON_AddStringToObject(a, "master_addr", g->members[0]->host);
+    cJSON_AddNumberToObject(a, "master_port", s_port_start(self, g, 0));
+    cJSON *ports = cJSON_AddArrayToObject(a, "ports");
+    for (int i = 0; i < k; i++)
+        cJSON_AddItemToArray(ports, cJSON_CreateNumber(first + i));
+    int range[2] = { self->cfg.port_base, self->cfg.port_limit };
+    cJSON_AddItemToObject(a, "port_range", cJSON_CreateIntArray(range, 2));
+    if (g->nccl_hex)
+        cJSON_AddStringToObject(a, "nccl_unique_id", g->nccl_hex);
+    else
+        cJSON_AddNullToObject(a, "nccl_unique_id");
+    if (with_members)
+        cJSON_AddItemToObject(a, "members", s_members(self, g, false));
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return text;
+}
+
+cJSON *rdzv_group_status(rdzv_core_t *self, rdzv_group_t *g)
+{
+    cJSON *item = cJSON_CreateObject();
+    cJSON_AddStringToObject(item, "group", g->name);
+    cJSON_AddNumberToObject(item, "world", g->world);
+    cJSON_AddNumberToObject(item, "epoch", (double) g->epoch);
+    cJSON_AddBoolToObject(item, "complete", g->complete);
+    cJSON *joined = cJSON_AddArrayToObject(item, "joined");
+    for (int r = 0; r < g->world; r++)
+        if (g->members[r] && g->members[r]->epoch == g->epoch)
+            cJSON_AddItemToArray(joined, cJSON_CreateNumber(r));
+    if (g->nccl_hex)
+        cJSON_AddStringToObject(item, "nccl_unique_id", g->nccl_hex);
+    else
+        cJSON_AddNullToObject(item, "nccl_unique_id");
+    cJSON_AddItemToObject(item, "members", s_members(self, g, true));
+    return item;
+}

@@ -1,0 +1,307 @@
+#include "core.h"
+#include "proto.h"
+#include "rdzv_proto.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void rdzv_core_log(const char *event, const char *fmt, ...)
+{
+    char when[32];
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "rdzvd %s.%03ldZ %s %s\n", when, ts.tv_nsec / 1000000, event, line);
+}
+
+static void s_member_free(rdzv_member_t *m)
+{
+    if (!m)
+        return;
+    free(m->session);
+    free(m->host);
+    free(m->node);
+    free(m);
+}
+
+static void s_kv_waiter_free(void **item)
+{
+    rdzv_kv_waiter_t *w = *item;
+    if (w) {
+        free(w->key);
+        free(w);
+        *item = NULL;
+    }
+}
+
+static void s_free_string(void **item)
+{
+    free(*item);
+    *item = NULL;
+}
+
+void rdzv_group_free(void **item)
+{
+    rdzv_group_t *g = *item;
+    if (!g)
+        return;
+    for (int r = 0; r < g->world; r++)
+        s_member_free(g->members[r]);
+    free(g->members);
+    rdzv_ncclroot_destroy(&g->root);
+    zhashx_destroy(&g->kv);
+    zlistx_destroy(&g->kv_waiters);
+    free(g->nccl_hex);
+    free(g->members_json);
+    free(g->name);
+    free(g);
+    *item = NULL;
+}
+
+rdzv_group_t *rdzv_group_new(const char *name, int world, bool nccl)
+{
+    rdzv_group_t *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    g->name = strdup(name);
+    g->world = world;
+    g->epoch = 1;
+    g->nccl = nccl;
+    g->members = calloc((size_t) world, sizeof *g->members);
+    g->kv = zhashx_new();
+    zhashx_set_destructor(g->kv, s_free_string);
+    g->kv_waiters = zlistx_new();
+    zlistx_set_destructor(g->kv_waiters, s_kv_waiter_free);
+    if (!g->name || !g->members || !g->kv || !g->kv_waiters) {
+        void *item = g;
+        rdzv_group_free(&item);
+        return NULL;
+    }
+    return g;
+}
+
+rdzv_group_t *rdzv_core_group(rdzv_core_t *self, const char *name)
+{
+    return zhashx_lookup(self->groups, name);
+}
+
+static int s_load(rdzv_core_t *self, char *err, size_t errlen)
+{
+    self->groups = zhashx_new();
+    zhashx_set_destructor(self->groups, rdzv_group_free);
+    self->plans = rdzv_plans_new(self->cfg.port_base, self->cfg.ports_per_rank,
+                                 self->cfg.port_limit);
+    if (!self->plans) {
+        snprintf(err, errlen, "bad port range");
+        return -1;
+    }
+    size_t torn = 0;
+    self->replaying = true;
+    long n = rdzv_journal_replay(self->journal, rdzv_core_apply, self, self->cfg.repair,
+                                 &torn, err, errlen);
+    self->replaying = false;
+    if (n < 0)
+        return -1;
+    if (torn)
+        rdzv_core_log("journal", "cut a torn last record of %zu bytes", torn);
+    rdzv_core_log("journal", "replayed %ld records, %zu groups",
+                  n, zhashx_size(self->groups));
+    return 0;
+}
+
+/* A server-made ID whose root died with the previous rdzvd must never be
+ * handed out again: such groups move on to a new epoch. */
+static void s_retire_dead_roots(rdzv_core_t *self)
+{
+    zlistx_t *names = zhashx_keys(self->groups);
+    for (const char *name = zlistx_first(names); name; name = zlistx_next(names)) {
+        rdzv_group_t *g = rdzv_core_group(self, name);
+        if (g->nccl && g->nccl_hex && !g->root)
+            rdzv_group_next_epoch(self, g, "nccl root of the previous rdzvd is gone");
+    }
+    zlistx_destroy(&names);
+}
+
+rdzv_core_t *rdzv_core_new(const rdzv_config_t *cfg, char *err, size_t errlen)
+{
+    rdzv_core_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    self->cfg = *cfg;
+    self->journal = rdzv_journal_open(cfg->state_dir, cfg->do_fsync, err, errlen);
+    if (!self->journal || s_load(self, err, errlen) < 0) {
+        rdzv_core_destroy(&self);
+        return NULL;
+    }
+    s_retire_dead_roots(self);
+    if (rdzv_core_commit(self) < 0) {
+        snprintf(err, errlen, "cannot write the journal in %s", cfg->state_dir);
+        rdzv_core_destroy(&self);
+        return NULL;
+    }
+    return self;
+}
+
+static void s_drop_outbox(rdzv_core_t *self)
+{
+    for (size_t i = 0; i < self->out_len; i++)
+        free(self->outbox[i].text);
+    self->out_len = 0;
+}
+
+void rdzv_core_destroy(rdzv_core_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    rdzv_core_t *self = *self_p;
+    zhashx_destroy(&self->groups);
+    rdzv_plans_destroy(&self->plans);
+    rdzv_journal_destroy(&self->journal);
+    s_drop_outbox(self);
+    free(self->outbox);
+    free(self);
+    *self_p = NULL;
+}
+
+void rdzv_core_reply(rdzv_core_t *self, const rdzv_peer_t *peer, char *text)
+{
+    if (!text || self->replaying) {
+        free(text);
+        return;
+    }
+    if (self->out_len == self->out_cap) {
+        size_t cap = self->out_cap ? self->out_cap * 2 : 64;
+        rdzv_reply_t *grown = realloc(self->outbox, cap * sizeof *grown);
+        if (!grown) {
+            free(text);
+            return;
+        }
+        self->outbox = grown;
+        self->out_cap = cap;
+    }
+    self->outbox[self->out_len++] = (rdzv_reply_t) { .peer = *peer, .text = text };
+}
+
+void rdzv_core_error(rdzv_core_t *self, const rdzv_peer_t *peer, const char *code,
+                     const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    self->refusals++;
+    if (strcmp(code, RDZV_E_TIMEOUT) != 0)
+        rdzv_core_log("refuse", "code=%s %s", code, msg);
+    rdzv_core_reply(self, peer, rdzv_reply_error(peer->req, code, msg));
+}
+
+int rdzv_core_record(rdzv_core_t *self, cJSON *record)
+{
+    int rc = rdzv_journal_append(self->journal, record);
+    if (rc == 0)
+        rc = rdzv_core_apply(self, record);
+    cJSON_Delete(record);
+    return rc;
+}
+
+static void s_reload(rdzv_core_t *self)
+{
+    char err[256];
+    zhashx_destroy(&self->groups);
+    rdzv_plans_destroy(&self->plans);
+    if (s_load(self, err, sizeof err) < 0) {
+        rdzv_core_log("fatal", "cannot reload state after a journal failure: %s", err);
+        exit(1);
+    }
+}
+
+int rdzv_core_commit(rdzv_core_t *self)
+{
+    if (!rdzv_journal_pending(self->journal))
+        return 0;
+    if (rdzv_journal_flush(self->journal) == 0)
+        return 0;
+    /* The changes never reached the disk: nobody may learn of them, and
+     * memory goes back to what the disk holds. Clients resend their joins. */
+    rdzv_core_log("journal", "write failed; refusing this batch and reloading state");
+    for (size_t i = 0; i < self->out_len; i++) {
+        free(self->outbox[i].text);
+        self->outbox[i].text = rdzv_reply_error(self->outbox[i].peer.req, RDZV_E_INTERNAL,
+                                                "rdzvd could not record the change");
+    }
+    s_reload(self);
+    return -1;
+}
+
+rdzv_reply_t *rdzv_core_take_outbox(rdzv_core_t *self, size_t *count)
+{
+    rdzv_reply_t *out = self->outbox;
+    *count = self->out_len;
+    self->outbox = NULL;
+    self->out_len = self->out_cap = 0;
+    return out;
+}
+
+void rdzv_core_handle(rdzv_core_t *self, const rdzv_peer_t *peer,
+                      const char *frame, size_t len, int64_t now_ms)
+{
+    self->now_ms = now_ms;
+    rdzv_request_t req;
+    const char *code = NULL;
+    char msg[256];
+    rdzv_peer_t from = *peer;
+    if (rdzv_request_parse(frame, len, self->cfg.max_world, &req, &code, msg, sizeof msg) < 0) {
+        from.req = req.id;
+        rdzv_core_error(self, &from, code, "%s", msg);
+        return;
+    }
+    from.req = req.id;
+    rdzv_handle_request(self, &from, &req);
+    rdzv_request_clear(&req);
+}
+
+static void s_tick_group(rdzv_core_t *self, rdzv_group_t *g, int64_t now_ms)
+{
+    for (int r = 0; g->waiting > 0 && r < g->world; r++) {
+        rdzv_member_t *m = g->members[r];
+        if (m && m->waiting && m->deadline_ms <= now_ms) {
+            m->waiting = false;
+            g->waiting--;
+            rdzv_core_error(self, &m->peer, RDZV_E_TIMEOUT,
+                            "group %s: %d of %d ranks joined epoch %lld before the deadline",
+                            g->name, g->joined, g->world, (long long) g->epoch);
+        }
+    }
+    rdzv_kv_waiter_t *w = zlistx_first(g->kv_waiters);
+    while (w) {
+        void *handle = zlistx_cursor(g->kv_waiters);
+        rdzv_kv_waiter_t *next = zlistx_next(g->kv_waiters);
+        if (w->deadline_ms <= now_ms) {
+            rdzv_core_error(self, &w->peer, RDZV_E_TIMEOUT, "key %s was not put in time", w->key);
+            zlistx_delete(g->kv_waiters, handle);
+        }
+        w = next;
+    }
+    if (g->root && rdzv_ncclroot_poll(g->root) == 1)
+        rdzv_group_next_epoch(self, g, "nccl root timed out before every rank arrived");
+}
+
+void rdzv_core_tick(rdzv_core_t *self, int64_t now_ms)
+{
+    self->now_ms = now_ms;
+    for (rdzv_group_t *g = zhashx_first(self->groups); g; g = zhashx_next(self->groups))
+        s_tick_group(self, g, now_ms);
+}

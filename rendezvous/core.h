@@ -1,0 +1,128 @@
+/* rdzvd's state machine without I/O: requests in, replies out through an
+ * outbox, every accepted change recorded in the journal first. The zmq loop
+ * (server.c) and the unit tests both drive it through this interface. */
+#ifndef RDZV_CORE_H
+#define RDZV_CORE_H
+
+#include <cjson/cJSON.h>
+#include <czmq.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "journal.h"
+#include "ncclroot.h"
+#include "plan.h"
+
+#define RDZV_PEER_MAX 256
+
+/* Where a reply goes: the ROUTER identity and the request id. */
+typedef struct {
+    unsigned char id[RDZV_PEER_MAX];
+    size_t len;
+    int64_t req;
+} rdzv_peer_t;
+
+typedef struct {
+    rdzv_peer_t peer;
+    char *text;                  /* malloc'd JSON */
+} rdzv_reply_t;
+
+typedef struct {
+    int port_base, ports_per_rank, port_limit, max_world;
+    int64_t dead_after_ms;
+    bool do_fsync, repair;
+    bool nccl_default;           /* groups get server-made IDs by default */
+    const char *nccl_helper;     /* path of rdzv-nccl-root, NULL without NCCL */
+    int nccl_root_timeout_s;
+    const char *state_dir;
+} rdzv_config_t;
+
+typedef struct {
+    char *session, *host, *node;
+    int64_t epoch;               /* last epoch this rank joined; 0: none */
+    int64_t last_seen_ms;
+    bool waiting;                /* a join of this rank awaits the epoch */
+    bool want_members;
+    rdzv_peer_t peer;
+    int64_t deadline_ms;
+} rdzv_member_t;
+
+typedef struct {
+    rdzv_peer_t peer;
+    char *key;
+    int64_t deadline_ms;
+} rdzv_kv_waiter_t;
+
+typedef struct {
+    char *name;
+    int world;
+    int64_t epoch;
+    bool complete;
+    int joined;                  /* ranks that joined the current epoch */
+    int waiting;                 /* members with a join waiting */
+    bool nccl;                   /* server-made NCCL IDs */
+    char *nccl_hex;              /* this epoch's ID, NULL until complete */
+    rdzv_ncclroot_t *root;       /* the helper hosting the ID's root */
+    rdzv_member_t **members;     /* world entries, NULL until joined */
+    char *members_json;          /* cached at completion */
+    zhashx_t *kv;                /* key -> value, current epoch only */
+    zlistx_t *kv_waiters;        /* rdzv_kv_waiter_t */
+} rdzv_group_t;
+
+typedef struct {
+    rdzv_config_t cfg;
+    rdzv_journal_t *journal;
+    rdzv_plans_t *plans;
+    zhashx_t *groups;            /* name -> rdzv_group_t */
+    rdzv_reply_t *outbox;
+    size_t out_len, out_cap;
+    bool replaying;
+    int64_t now_ms;
+    /* counters for status and metrics */
+    uint64_t joins, assignments, epoch_changes, refusals;
+} rdzv_core_t;
+
+/* Opens the journal and replays it. NULL on failure, reason in err. */
+rdzv_core_t *rdzv_core_new(const rdzv_config_t *cfg, char *err, size_t errlen);
+void rdzv_core_destroy(rdzv_core_t **self_p);
+
+/* Handles one request frame from peer (peer->req is ignored: the request's
+ * own id is used). Replies land in the outbox. */
+void rdzv_core_handle(rdzv_core_t *self, const rdzv_peer_t *peer,
+                      const char *frame, size_t len, int64_t now_ms);
+/* Answers waits whose deadline has passed. */
+void rdzv_core_tick(rdzv_core_t *self, int64_t now_ms);
+/* Makes queued journal records durable. On failure every queued reply is
+ * replaced by an "internal" error and the state is reloaded from disk.
+ * Returns 0 or -1. */
+int rdzv_core_commit(rdzv_core_t *self);
+/* Takes the outbox; the caller sends and frees each reply's text and then
+ * frees the array. */
+rdzv_reply_t *rdzv_core_take_outbox(rdzv_core_t *self, size_t *count);
+
+/* --- used by the handlers (handlers.c, group.c) --- */
+void rdzv_core_reply(rdzv_core_t *self, const rdzv_peer_t *peer, char *text);
+void rdzv_core_error(rdzv_core_t *self, const rdzv_peer_t *peer, const char *code,
+                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Journals record and applies it to memory; takes ownership of record. */
+int rdzv_core_record(rdzv_core_t *self, cJSON *record);
+/* Applies one record to memory (replay and live). 0 or -1. */
+int rdzv_core_apply(void *self, const cJSON *record);
+rdzv_group_t *rdzv_core_group(rdzv_core_t *self, const char *name);
+rdzv_group_t *rdzv_group_new(const char *name, int world, bool nccl);
+void rdzv_group_free(void **item);
+void rdzv_core_log(const char *event, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* handlers.c */
+void rdzv_handle_request(rdzv_core_t *self, const rdzv_peer_t *peer, void *req);
+/* Called when the epoch completes: plans, ID, replies to every waiter. */
+void rdzv_group_release(rdzv_core_t *self, rdzv_group_t *group);
+/* Moves the group to epoch+1 (new ID at completion, same plans). */
+int rdzv_group_next_epoch(rdzv_core_t *self, rdzv_group_t *group, const char *why);
+/* Assignment reply for one rank (assign.c). */
+char *rdzv_assignment_reply(rdzv_core_t *self, rdzv_group_t *group, int rank,
+                            int64_t req_id, bool with_members);
+cJSON *rdzv_group_status(rdzv_core_t *self, rdzv_group_t *group);
+
+#endif

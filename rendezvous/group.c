@@ -1,0 +1,156 @@
+/* Applying journal records to memory. The live handlers and the replay at
+ * start-up go through these same functions, so what rdzvd knows after a
+ * restart is exactly what it had recorded. */
+#include "core.h"
+#include "rdzv_proto.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *s_str(const cJSON *rec, const char *name)
+{
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(rec, name);
+    return cJSON_IsString(item) ? item->valuestring : NULL;
+}
+
+static int s_num(const cJSON *rec, const char *name, int64_t *out)
+{
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(rec, name);
+    if (!cJSON_IsNumber(item))
+        return -1;
+    *out = (int64_t) item->valuedouble;
+    return 0;
+}
+
+static int s_set(char **field, const char *value)
+{
+    char *copy = strdup(value);
+    if (!copy)
+        return -1;
+    free(*field);
+    *field = copy;
+    return 0;
+}
+
+static int s_apply_group(rdzv_core_t *self, const cJSON *rec, const char *name)
+{
+    int64_t world;
+    if (s_num(rec, "world", &world) < 0 || world <= 0 || world > self->cfg.max_world
+        || rdzv_core_group(self, name))
+        return -1;
+    const cJSON *nccl = cJSON_GetObjectItemCaseSensitive(rec, "nccl");
+    rdzv_group_t *g = rdzv_group_new(name, (int) world, cJSON_IsTrue(nccl));
+    if (!g)
+        return -1;
+    zhashx_insert(self->groups, name, g);
+    return 0;
+}
+
+static int s_apply_join(rdzv_group_t *g, const cJSON *rec)
+{
+    int64_t rank, epoch;
+    const char *host = s_str(rec, "host"), *node = s_str(rec, "node");
+    const char *session = s_str(rec, "session");
+    if (s_num(rec, "rank", &rank) < 0 || s_num(rec, "epoch", &epoch) < 0
+        || rank < 0 || rank >= g->world || !host || !node || !session)
+        return -1;
+    rdzv_member_t *m = g->members[rank];
+    if (!m) {
+        m = calloc(1, sizeof *m);
+        if (!m)
+            return -1;
+        g->members[rank] = m;
+    }
+    if (s_set(&m->host, host) < 0 || s_set(&m->node, node) < 0
+        || s_set(&m->session, session) < 0)
+        return -1;
+    if (epoch == g->epoch && m->epoch < epoch)
+        g->joined++;
+    m->epoch = epoch;
+    return 0;
+}
+
+/* A new epoch forgets the old one's ID, KV and completeness; plans stay. */
+static int s_apply_epoch(rdzv_group_t *g, const cJSON *rec)
+{
+    int64_t epoch;
+    if (s_num(rec, "epoch", &epoch) < 0 || epoch <= g->epoch)
+        return -1;
+    g->epoch = epoch;
+    g->complete = false;
+    g->joined = 0;
+    for (int r = 0; r < g->world; r++)
+        if (g->members[r] && g->members[r]->epoch == epoch)
+            g->joined++;
+    rdzv_ncclroot_destroy(&g->root);
+    free(g->nccl_hex);
+    g->nccl_hex = NULL;
+    free(g->members_json);
+    g->members_json = NULL;
+    zhashx_purge(g->kv);
+    return 0;
+}
+
+static int s_apply_complete(rdzv_group_t *g, const cJSON *rec)
+{
+    int64_t epoch;
+    if (s_num(rec, "epoch", &epoch) < 0 || epoch != g->epoch)
+        return -1;
+    const char *hex = s_str(rec, "nccl_id");
+    free(g->nccl_hex);
+    g->nccl_hex = hex ? strdup(hex) : NULL;
+    g->complete = true;
+    return 0;
+}
+
+static int s_apply_plan(rdzv_core_t *self, rdzv_group_t *g, const cJSON *rec)
+{
+    int64_t rank, start, count;
+    const char *node = s_str(rec, "node");
+    if (!node || s_num(rec, "rank", &rank) < 0 || s_num(rec, "start", &start) < 0
+        || s_num(rec, "count", &count) < 0 || rank < 0 || rank >= g->world)
+        return -1;
+    return rdzv_plans_record(self->plans, node, g->name, (int) rank, (int) start, (int) count);
+}
+
+static int s_apply_kv(rdzv_group_t *g, const cJSON *rec)
+{
+    int64_t epoch;
+    const char *key = s_str(rec, "key"), *value = s_str(rec, "value");
+    if (!key || !value || s_num(rec, "epoch", &epoch) < 0 || epoch != g->epoch)
+        return -1;
+    char *copy = strdup(value);
+    if (!copy)
+        return -1;
+    zhashx_update(g->kv, key, copy);
+    return 0;
+}
+
+int rdzv_core_apply(void *arg, const cJSON *rec)
+{
+    rdzv_core_t *self = arg;
+    const char *type = s_str(rec, "t"), *name = s_str(rec, "g");
+    if (!type || !name)
+        return -1;
+    if (strcmp(type, "group") == 0)
+        return s_apply_group(self, rec, name);
+    rdzv_group_t *g = rdzv_core_group(self, name);
+    if (!g)
+        return -1;
+    if (strcmp(type, "join") == 0)
+        return s_apply_join(g, rec);
+    if (strcmp(type, "epoch") == 0)
+        return s_apply_epoch(g, rec);
+    if (strcmp(type, "complete") == 0)
+        return s_apply_complete(g, rec);
+    if (strcmp(type, "plan") == 0)
+        return s_apply_plan(self, g, rec);
+    if (strcmp(type, "kv") == 0)
+        return s_apply_kv(g, rec);
+    if (strcmp(type, "delete") == 0) {
+        rdzv_plans_release_group(self->plans, name);
+        zhashx_delete(self->groups, name);
+        return 0;
+    }
+    return -1;
+}

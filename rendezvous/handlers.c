@@ -1,0 +1,284 @@
+/* One handler per protocol operation (docs/protocol.md). A handler checks
+ * everything first and records a change only when the request is valid, so
+ * a refused request leaves the state as it was. */
+#include "core.h"
+#include "proto.h"
+#include "rdzv_proto.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static cJSON *s_record(const char *type, const rdzv_group_t *g)
+{
+    cJSON *rec = cJSON_CreateObject();
+    cJSON_AddStringToObject(rec, "t", type);
+    cJSON_AddStringToObject(rec, "g", g->name);
+    return rec;
+}
+
+static char *s_ok(int64_t id)
+{
+    char *text = malloc(64);
+    if (text)
+        snprintf(text, 64, "{\"v\":1,\"id\":%lld,\"ok\":true}", (long long) id);
+    return text;
+}
+
+static void s_set_waiter(rdzv_core_t *self, rdzv_group_t *g, rdzv_member_t *m,
+                         const rdzv_peer_t *peer, const rdzv_request_t *req)
+{
+    if (!m->waiting)
+        g->waiting++;
+    m->waiting = true;
+    m->peer = *peer;
+    m->deadline_ms = self->now_ms + req->timeout_ms;
+    m->want_members = req->members;
+}
+
+static int s_record_join(rdzv_core_t *self, rdzv_group_t *g, const rdzv_request_t *req)
+{
+    cJSON *rec = s_record("join", g);
+    cJSON_AddNumberToObject(rec, "rank", req->rank);
+    cJSON_AddStringToObject(rec, "host", req->host);
+    cJSON_AddStringToObject(rec, "node", req->node);
+    cJSON_AddStringToObject(rec, "session", req->session);
+    cJSON_AddNumberToObject(rec, "epoch", (double) g->epoch);
+    self->joins++;
+    rdzv_core_log("join", "group=%s rank=%d world=%d epoch=%lld host=%s node=%s",
+                  g->name, req->rank, g->world, (long long) g->epoch, req->host, req->node);
+    return rdzv_core_record(self, rec);
+}
+
+static rdzv_group_t *s_join_group(rdzv_core_t *self, const rdzv_peer_t *peer,
+                                  const rdzv_request_t *req)
+{
+    rdzv_group_t *g = rdzv_core_group(self, req->group);
+    if (g) {
+        if (g->world != req->world) {
+            rdzv_core_error(self, peer, RDZV_E_WORLD_MISMATCH, "group %s has world %d, not %d",
+                            g->name, g->world, req->world);
+            return NULL;
+        }
+        return g;
+    }
+    bool nccl = req->nccl_id ? strcmp(req->nccl_id, "server") == 0 : self->cfg.nccl_default;
+    cJSON *rec = cJSON_CreateObject();
+    cJSON_AddStringToObject(rec, "t", "group");
+    cJSON_AddStringToObject(rec, "g", req->group);
+    cJSON_AddNumberToObject(rec, "world", req->world);
+    cJSON_AddBoolToObject(rec, "nccl", nccl && self->cfg.nccl_helper);
+    if (rdzv_core_record(self, rec) < 0) {
+        rdzv_core_error(self, peer, RDZV_E_INTERNAL, "cannot record group %s", req->group);
+        return NULL;
+    }
+    rdzv_core_log("group", "created group=%s world=%d", req->group, req->world);
+    return rdzv_core_group(self, req->group);
+}
+
+/* Decides what a join means for the rank (docs/protocol.md, rules 2-5). */
+static void s_handle_join(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
+{
+    rdzv_group_t *g = s_join_group(self, peer, req);
+    if (!g)
+        return;
+    rdzv_member_t *m = g->members[req->rank];
+    bool same_session = m && strcmp(m->session, req->session) == 0;
+    bool in_epoch = m && m->epoch == g->epoch;
+    if (same_session && g->complete && in_epoch) {
+        m->last_seen_ms = self->now_ms;
+        rdzv_core_reply(self, peer, rdzv_assignment_reply(self, g, req->rank, req->id,
+                                                          req->members));
+        return;
+    }
+    if (!same_session && in_epoch && !g->complete && m->waiting
+        && m->deadline_ms > self->now_ms) {
+        rdzv_core_error(self, peer, RDZV_E_RANK_TAKEN,
+                        "group %s rank %d is held by a live session", g->name, req->rank);
+        return;
+    }
+    if (!same_session && in_epoch && g->complete
+        && rdzv_group_next_epoch(self, g, "a rank restarted") < 0) {
+        rdzv_core_error(self, peer, RDZV_E_INTERNAL, "cannot record the new epoch");
+        return;
+    }
+    if ((!same_session || m->epoch < g->epoch) && s_record_join(self, g, req) < 0) {
+        rdzv_core_error(self, peer, RDZV_E_INTERNAL, "cannot record the join");
+        return;
+    }
+    m = g->members[req->rank];
+    m->last_seen_ms = self->now_ms;
+    s_set_waiter(self, g, m, peer, req);
+    if (g->joined == g->world && !g->complete)
+        rdzv_group_release(self, g);
+}
+
+static rdzv_group_t *s_existing(rdzv_core_t *self, const rdzv_peer_t *peer, const char *name)
+{
+    rdzv_group_t *g = rdzv_core_group(self, name);
+    if (!g)
+        rdzv_core_error(self, peer, RDZV_E_NOT_FOUND, "no group %s", name);
+    return g;
+}
+
+static bool s_epoch_ok(rdzv_core_t *self, const rdzv_peer_t *peer, rdzv_group_t *g,
+                       int64_t epoch)
+{
+    if (epoch < g->epoch) {
+        rdzv_core_error(self, peer, RDZV_E_STALE_EPOCH, "group %s is at epoch %lld, not %lld",
+                        g->name, (long long) g->epoch, (long long) epoch);
+        return false;
+    }
+    if (epoch > g->epoch) {
+        rdzv_core_error(self, peer, RDZV_E_BAD_REQUEST, "group %s has no epoch %lld yet",
+                        g->name, (long long) epoch);
+        return false;
+    }
+    return true;
+}
+
+static void s_handle_heartbeat(rdzv_core_t *self, const rdzv_peer_t *peer,
+                               const rdzv_request_t *req)
+{
+    rdzv_group_t *g = s_existing(self, peer, req->group);
+    if (!g)
+        return;
+    rdzv_member_t *m = req->rank < g->world ? g->members[req->rank] : NULL;
+    if (!m || strcmp(m->session, req->session) != 0) {
+        rdzv_core_error(self, peer, RDZV_E_NOT_FOUND, "group %s rank %d has no session %s",
+                        g->name, req->rank, req->session);
+        return;
+    }
+    m->last_seen_ms = self->now_ms;
+    if (!s_epoch_ok(self, peer, g, req->epoch))
+        return;
+    char *text = malloc(96);
+    if (text)
+        snprintf(text, 96, "{\"v\":1,\"id\":%lld,\"ok\":true,\"epoch\":%lld}",
+                 (long long) req->id, (long long) g->epoch);
+    rdzv_core_reply(self, peer, text);
+}
+
+static void s_reply_value(rdzv_core_t *self, const rdzv_peer_t *peer, const char *value)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "v", RDZV_PROTO_VERSION);
+    cJSON_AddNumberToObject(root, "id", (double) peer->req);
+    cJSON_AddBoolToObject(root, "ok", 1);
+    cJSON_AddStringToObject(root, "value", value);
+    rdzv_core_reply(self, peer, cJSON_PrintUnformatted(root));
+    cJSON_Delete(root);
+}
+
+static void s_handle_kv(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
+{
+    rdzv_group_t *g = s_existing(self, peer, req->group);
+    if (!g || !s_epoch_ok(self, peer, g, req->epoch))
+        return;
+    const char *value = zhashx_lookup(g->kv, req->key);
+    if (req->op == RDZV_OP_KV_PUT) {
+        cJSON *rec = s_record("kv", g);
+        cJSON_AddNumberToObject(rec, "epoch", (double) g->epoch);
+        cJSON_AddStringToObject(rec, "key", req->key);
+        cJSON_AddStringToObject(rec, "value", req->value);
+        if (rdzv_core_record(self, rec) < 0) {
+            rdzv_core_error(self, peer, RDZV_E_INTERNAL, "cannot record key %s", req->key);
+            return;
+        }
+        rdzv_core_reply(self, peer, s_ok(req->id));
+        value = zhashx_lookup(g->kv, req->key);
+        rdzv_kv_waiter_t *w = zlistx_first(g->kv_waiters);
+        while (w) {
+            void *handle = zlistx_cursor(g->kv_waiters);
+            rdzv_kv_waiter_t *next = zlistx_next(g->kv_waiters);
+            if (strcmp(w->key, req->key) == 0) {
+                s_reply_value(self, &w->peer, value);
+                zlistx_delete(g->kv_waiters, handle);
+            }
+            w = next;
+        }
+    } else if (value)
+        s_reply_value(self, peer, value);
+    else if (req->op == RDZV_OP_KV_GET)
+        rdzv_core_error(self, peer, RDZV_E_NOT_FOUND, "no key %s in group %s epoch %lld",
+                        req->key, g->name, (long long) g->epoch);
+    else {
+        rdzv_kv_waiter_t *w = calloc(1, sizeof *w);
+        if (!w || !(w->key = strdup(req->key))) {
+            free(w);
+            rdzv_core_error(self, peer, RDZV_E_INTERNAL, "out of memory");
+            return;
+        }
+        w->peer = *peer;
+        w->deadline_ms = self->now_ms + req->timeout_ms;
+        zlistx_add_end(g->kv_waiters, w);
+    }
+}
+
+static void s_handle_status(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "v", RDZV_PROTO_VERSION);
+    cJSON_AddNumberToObject(root, "id", (double) req->id);
+    cJSON_AddBoolToObject(root, "ok", 1);
+    cJSON *groups = cJSON_AddArrayToObject(root, "groups");
+    if (req->group) {
+        rdzv_group_t *g = rdzv_core_group(self, req->group);
+        if (!g) {
+            cJSON_Delete(root);
+            rdzv_core_error(self, peer, RDZV_E_NOT_FOUND, "no group %s", req->group);
+            return;
+        }
+        cJSON_AddItemToArray(groups, rdzv_group_status(self, g));
+    } else {
+        for (rdzv_group_t *g = zhashx_first(self->groups); g; g = zhashx_next(self->groups))
+            cJSON_AddItemToArray(groups, rdzv_group_status(self, g));
+    }
+    rdzv_core_reply(self, peer, cJSON_PrintUnformatted(root));
+    cJSON_Delete(root);
+}
+
+static void s_handle_delete(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
+{
+    rdzv_group_t *g = s_existing(self, peer, req->group);
+    if (!g)
+        return;
+    for (int r = 0; g->waiting > 0 && r < g->world; r++)
+        if (g->members[r] && g->members[r]->waiting) {
+            g->members[r]->waiting = false;
+            g->waiting--;
+            rdzv_core_error(self, &g->members[r]->peer, RDZV_E_NOT_FOUND,
+                            "group %s was deleted", g->name);
+        }
+    for (rdzv_kv_waiter_t *w = zlistx_first(g->kv_waiters); w; w = zlistx_next(g->kv_waiters))
+        rdzv_core_error(self, &w->peer, RDZV_E_NOT_FOUND, "group %s was deleted", g->name);
+    if (rdzv_core_record(self, s_record("delete", g)) < 0) {
+        rdzv_core_error(self, peer, RDZV_E_INTERNAL, "cannot record the delete");
+        return;
+    }
+    rdzv_core_log("delete", "group=%s", req->group);
+    rdzv_core_reply(self, peer, s_ok(req->id));
+}
+
+void rdzv_handle_request(rdzv_core_t *self, const rdzv_peer_t *peer, void *arg)
+{
+    const rdzv_request_t *req = arg;
+    switch (req->op) {
+    case RDZV_OP_JOIN:
+        s_handle_join(self, peer, req);
+        break;
+    case RDZV_OP_HEARTBEAT:
+        s_handle_heartbeat(self, peer, req);
+        break;
+    case RDZV_OP_STATUS:
+        s_handle_status(self, peer, req);
+        break;
+    case RDZV_OP_GROUP_DELETE:
+        s_handle_delete(self, peer, req);
+        break;
+    case RDZV_OP_KV_PUT:
+    case RDZV_OP_KV_GET:
+    case RDZV_OP_KV_WAIT:
+        s_handle_kv(self, peer, req);
+        break;
+    }
+}

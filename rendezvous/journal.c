@@ -1,0 +1,247 @@
+#include "journal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define S_HEADER 8
+#define S_MAX_RECORD (16u << 20)   /* far above any record rdzvd writes */
+
+struct rdzv_journal {
+    int fd;
+    bool do_fsync;
+    uint64_t size;
+    char *buf;                 /* queued, not yet written */
+    size_t len, cap;
+};
+
+static void s_put_u32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char) v;
+    p[1] = (unsigned char) (v >> 8);
+    p[2] = (unsigned char) (v >> 16);
+    p[3] = (unsigned char) (v >> 24);
+}
+
+static uint32_t s_get_u32(const unsigned char *p)
+{
+    return (uint32_t) p[0] | (uint32_t) p[1] << 8 | (uint32_t) p[2] << 16
+           | (uint32_t) p[3] << 24;
+}
+
+static uint32_t s_crc(const void *data, size_t len)
+{
+    return (uint32_t) crc32(crc32(0L, Z_NULL, 0), data, (uInt) len);
+}
+
+long rdzv_journal_frame(const char *json, size_t len, unsigned char *buf, size_t cap)
+{
+    if (len > S_MAX_RECORD || len + S_HEADER > cap)
+        return -1;
+    s_put_u32(buf, (uint32_t) len);
+    s_put_u32(buf + 4, s_crc(json, len));
+    memcpy(buf + S_HEADER, json, len);
+    return (long) (len + S_HEADER);
+}
+
+rdzv_journal_t *rdzv_journal_open(const char *dir, bool do_fsync,
+                                  char *err, size_t errlen)
+{
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+        snprintf(err, errlen, "cannot create state dir %s: %s", dir, strerror(errno));
+        return NULL;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/journal", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        snprintf(err, errlen, "%s is in use by another rdzvd (flock: %s)", path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    rdzv_journal_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        close(fd);
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    self->fd = fd;
+    self->do_fsync = do_fsync;
+    return self;
+}
+
+void rdzv_journal_destroy(rdzv_journal_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    rdzv_journal_t *self = *self_p;
+    close(self->fd);
+    free(self->buf);
+    free(self);
+    *self_p = NULL;
+}
+
+static unsigned char *s_read_all(int fd, size_t *len_out)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return NULL;
+    size_t len = (size_t) st.st_size;
+    unsigned char *data = malloc(len ? len : 1);
+    size_t got = 0;
+    while (data && got < len) {
+        ssize_t n = pread(fd, data + got, len - got, (off_t) got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            free(data);
+            return NULL;
+        }
+        got += (size_t) n;
+    }
+    *len_out = len;
+    return data;
+}
+
+/* Length of the valid record at data[off], 0 if it is damaged. */
+static size_t s_record_at(const unsigned char *data, size_t len, size_t off)
+{
+    if (len - off < S_HEADER)
+        return 0;
+    uint32_t rlen = s_get_u32(data + off);
+    if (rlen == 0 || rlen > S_MAX_RECORD || rlen > len - off - S_HEADER)
+        return 0;
+    if (s_crc(data + off + S_HEADER, rlen) != s_get_u32(data + off + 4))
+        return 0;
+    return S_HEADER + rlen;
+}
+
+/* A damaged record is a torn tail when it is the last thing in the file:
+ * its header runs past the end, or its declared length ends exactly there. */
+static bool s_is_tail(const unsigned char *data, size_t len, size_t off)
+{
+    if (len - off < S_HEADER)
+        return true;
+    uint32_t rlen = s_get_u32(data + off);
+    return (uint64_t) off + S_HEADER + rlen >= len;
+}
+
+long rdzv_journal_replay(rdzv_journal_t *self, rdzv_journal_apply_fn *apply,
+                         void *arg, bool repair, size_t *torn_bytes,
+                         char *err, size_t errlen)
+{
+    size_t len = 0;
+    unsigned char *data = s_read_all(self->fd, &len);
+    if (!data) {
+        snprintf(err, errlen, "cannot read journal: %s", strerror(errno));
+        return -1;
+    }
+    long applied = 0;
+    size_t off = 0;
+    *torn_bytes = 0;
+    while (off < len) {
+        size_t rec = s_record_at(data, len, off);
+        if (rec == 0) {
+            if (!s_is_tail(data, len, off) && !repair) {
+                snprintf(err, errlen, "journal corrupt at offset %zu of %zu "
+                         "(start with --repair to cut it there)", off, len);
+                free(data);
+                return -1;
+            }
+            *torn_bytes = len - off;
+            break;
+        }
+        cJSON *record = cJSON_ParseWithLength((const char *) data + off + S_HEADER,
+                                              rec - S_HEADER);
+        int rc = record ? apply(arg, record) : -1;
+        cJSON_Delete(record);
+        if (rc < 0) {
+            snprintf(err, errlen, "journal record at offset %zu does not apply", off);
+            free(data);
+            return -1;
+        }
+        applied++;
+        off += rec;
+    }
+    free(data);
+    if (*torn_bytes && ftruncate(self->fd, (off_t) off) < 0) {
+        snprintf(err, errlen, "cannot cut torn journal tail: %s", strerror(errno));
+        return -1;
+    }
+    self->size = off;
+    return applied;
+}
+
+int rdzv_journal_append(rdzv_journal_t *self, const cJSON *record)
+{
+    char *json = cJSON_PrintUnformatted(record);
+    if (!json)
+        return -1;
+    size_t jlen = strlen(json);
+    size_t need = self->len + jlen + S_HEADER;
+    if (need > self->cap) {
+        size_t cap = self->cap ? self->cap : 4096;
+        while (cap < need)
+            cap *= 2;
+        char *grown = realloc(self->buf, cap);
+        if (!grown) {
+            free(json);
+            return -1;
+        }
+        self->buf = grown;
+        self->cap = cap;
+    }
+    long framed = rdzv_journal_frame(json, jlen, (unsigned char *) self->buf + self->len,
+                                     self->cap - self->len);
+    free(json);
+    if (framed < 0)
+        return -1;
+    self->len += (size_t) framed;
+    return 0;
+}
+
+bool rdzv_journal_pending(const rdzv_journal_t *self)
+{
+    return self->len > 0;
+}
+
+int rdzv_journal_flush(rdzv_journal_t *self)
+{
+    size_t done = 0;
+    while (done < self->len) {
+        ssize_t n = pwrite(self->fd, self->buf + done, self->len - done,
+                           (off_t) (self->size + done));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            goto fail;
+        done += (size_t) n;
+    }
+    if (self->do_fsync && fdatasync(self->fd) < 0)
+        goto fail;
+    self->size += self->len;
+    self->len = 0;
+    return 0;
+fail:
+    /* Leave no half record behind: the next replay would call it torn. */
+    if (ftruncate(self->fd, (off_t) self->size) < 0) {
+        /* Nothing more can be done; replay will cut the tail. */
+    }
+    self->len = 0;
+    return -1;
+}
+
+uint64_t rdzv_journal_size(const rdzv_journal_t *self)
+{
+    return self->size;
+}

@@ -1,0 +1,46 @@
+/* The append-only journal in --state-dir: every accepted change is a record,
+ * written and fsync'ed before the reply that depends on it leaves rdzvd.
+ * On disk each record is [u32 length][u32 crc32][JSON bytes], little endian. */
+#ifndef RDZV_JOURNAL_H
+#define RDZV_JOURNAL_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct rdzv_journal rdzv_journal_t;
+
+/* Called once per record during replay; return 0, or -1 to stop replay
+ * (the record is inconsistent with the state before it). */
+typedef int (rdzv_journal_apply_fn)(void *arg, const cJSON *record);
+
+/* Opens (creating) DIR/journal and takes an exclusive lock on it so that two
+ * rdzvd never share a state directory. NULL on failure, reason in err. */
+rdzv_journal_t *rdzv_journal_open(const char *dir, bool do_fsync,
+                                  char *err, size_t errlen);
+void rdzv_journal_destroy(rdzv_journal_t **self_p);
+
+/* Feeds every record to apply. A torn last record is cut off (and counted in
+ * *torn_bytes); corruption before the end fails with its offset in err
+ * unless repair is set, in which case the journal is cut there.
+ * Returns the number of records applied, or -1. */
+long rdzv_journal_replay(rdzv_journal_t *self, rdzv_journal_apply_fn *apply,
+                         void *arg, bool repair, size_t *torn_bytes,
+                         char *err, size_t errlen);
+
+/* Queues one record; it reaches the disk at the next flush. 0 or -1. */
+int rdzv_journal_append(rdzv_journal_t *self, const cJSON *record);
+/* True when records are queued. */
+bool rdzv_journal_pending(const rdzv_journal_t *self);
+/* Writes queued records and fsyncs. 0, or -1 (the records are dropped and
+ * the caller must not send the replies that depended on them). */
+int rdzv_journal_flush(rdzv_journal_t *self);
+/* Bytes in the journal file. */
+uint64_t rdzv_journal_size(const rdzv_journal_t *self);
+
+/* Encodes one framed record into buf (for tests and the fuzzer). Returns the
+ * framed length, or -1 if it does not fit. */
+long rdzv_journal_frame(const char *json, size_t len, unsigned char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,159 @@
+#include "plan.h"
+
+#include <czmq.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int start;
+    int count;
+    int rank;
+    char *group;
+} s_block_t;
+
+/* One node's blocks, kept sorted by start so a first-fit scan is one pass. */
+typedef struct {
+    s_block_t *blocks;
+    size_t n, cap;
+} s_node_t;
+
+struct rdzv_plans {
+    int base, per_rank, limit;
+    zhashx_t *nodes;            /* node name -> s_node_t */
+};
+
+static void s_node_destroy(void **item)
+{
+    s_node_t *node = *item;
+    if (!node)
+        return;
+    for (size_t i = 0; i < node->n; i++)
+        free(node->blocks[i].group);
+    free(node->blocks);
+    free(node);
+    *item = NULL;
+}
+
+rdzv_plans_t *rdzv_plans_new(int port_base, int ports_per_rank, int port_limit)
+{
+    if (port_base <= 0 || ports_per_rank <= 0 || port_limit > 65536
+        || port_base + ports_per_rank > port_limit)
+        return NULL;
+    rdzv_plans_t *self = calloc(1, sizeof *self);
+    if (!self)
+        return NULL;
+    self->base = port_base;
+    self->per_rank = ports_per_rank;
+    self->limit = port_limit;
+    self->nodes = zhashx_new();
+    zhashx_set_destructor(self->nodes, s_node_destroy);
+    return self;
+}
+
+void rdzv_plans_destroy(rdzv_plans_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    zhashx_destroy(&(*self_p)->nodes);
+    free(*self_p);
+    *self_p = NULL;
+}
+
+int rdzv_plans_ports_per_rank(const rdzv_plans_t *self)
+{
+    return self->per_rank;
+}
+
+int rdzv_plans_find(const rdzv_plans_t *self, const char *node,
+                    const char *group, int rank)
+{
+    s_node_t *n = zhashx_lookup(self->nodes, node);
+    for (size_t i = 0; n && i < n->n; i++)
+        if (n->blocks[i].rank == rank && streq(n->blocks[i].group, group))
+            return n->blocks[i].start;
+    return -1;
+}
+
+int rdzv_plans_first_free(const rdzv_plans_t *self, const char *node)
+{
+    s_node_t *n = zhashx_lookup(self->nodes, node);
+    int candidate = self->base;
+    for (size_t i = 0; n && i < n->n; i++) {
+        const s_block_t *b = &n->blocks[i];
+        if (candidate + self->per_rank <= b->start)
+            break;
+        int end = b->start + b->count;
+        if (end > candidate) {
+            /* Stay aligned to the plan grid so blocks line up across nodes. */
+            int off = end - self->base;
+            candidate = self->base + (off + self->per_rank - 1) / self->per_rank * self->per_rank;
+        }
+    }
+    return candidate + self->per_rank <= self->limit ? candidate : -1;
+}
+
+static s_node_t *s_node_require(rdzv_plans_t *self, const char *node)
+{
+    s_node_t *n = zhashx_lookup(self->nodes, node);
+    if (!n) {
+        n = calloc(1, sizeof *n);
+        if (n)
+            zhashx_insert(self->nodes, node, n);
+    }
+    return n;
+}
+
+int rdzv_plans_record(rdzv_plans_t *self, const char *node, const char *group,
+                      int rank, int start, int count)
+{
+    if (start < self->base || count <= 0 || start + count > self->limit)
+        return -1;
+    s_node_t *n = s_node_require(self, node);
+    if (!n)
+        return -1;
+    size_t at = 0;
+    for (; at < n->n && n->blocks[at].start < start; at++)
+        ;
+    bool overlaps_prev = at > 0 && n->blocks[at - 1].start + n->blocks[at - 1].count > start;
+    bool overlaps_next = at < n->n && start + count > n->blocks[at].start;
+    if (overlaps_prev || overlaps_next)
+        return -1;
+    if (n->n == n->cap) {
+        size_t cap = n->cap ? n->cap * 2 : 8;
+        s_block_t *grown = realloc(n->blocks, cap * sizeof *grown);
+        if (!grown)
+            return -1;
+        n->blocks = grown;
+        n->cap = cap;
+    }
+    char *owner = strdup(group);
+    if (!owner)
+        return -1;
+    memmove(&n->blocks[at + 1], &n->blocks[at], (n->n - at) * sizeof *n->blocks);
+    n->blocks[at] = (s_block_t) { .start = start, .count = count, .rank = rank, .group = owner };
+    n->n++;
+    return 0;
+}
+
+int rdzv_plans_release_group(rdzv_plans_t *self, const char *group)
+{
+    int released = 0;
+    for (s_node_t *n = zhashx_first(self->nodes); n; n = zhashx_next(self->nodes)) {
+        size_t kept = 0;
+        for (size_t i = 0; i < n->n; i++) {
+            if (streq(n->blocks[i].group, group)) {
+                free(n->blocks[i].group);
+                released++;
+            } else
+                n->blocks[kept++] = n->blocks[i];
+        }
+        n->n = kept;
+    }
+    return released;
+}
+
+int rdzv_plans_count(const rdzv_plans_t *self, const char *node)
+{
+    s_node_t *n = zhashx_lookup(self->nodes, node);
+    return n ? (int) n->n : 0;
+}

@@ -1,0 +1,32 @@
+/* Port plans: which block of ports each (group, rank) holds on a node.
+ * Blocks on one node never overlap; different nodes are separate network
+ * namespaces and may reuse numbers. Pure bookkeeping, no I/O. */
+#ifndef RDZV_PLAN_H
+#define RDZV_PLAN_H
+
+#include <stdbool.h>
+
+typedef struct rdzv_plans rdzv_plans_t;
+
+rdzv_plans_t *rdzv_plans_new(int port_base, int ports_per_rank, int port_limit);
+void rdzv_plans_destroy(rdzv_plans_t **self_p);
+
+int rdzv_plans_ports_per_rank(const rdzv_plans_t *self);
+
+/* Start of the block recorded for (group, rank, node), or -1. */
+int rdzv_plans_find(const rdzv_plans_t *self, const char *node,
+                    const char *group, int rank);
+/* Lowest free block of the configured size on node; -1 if none is free.
+ * Does not record it. */
+int rdzv_plans_first_free(const rdzv_plans_t *self, const char *node);
+/* Records [start, start+count) for (group, rank) on node. Returns 0, or -1
+ * if the block leaves the managed range or overlaps another owner's block
+ * (replay of a journal written with other settings). */
+int rdzv_plans_record(rdzv_plans_t *self, const char *node, const char *group,
+                      int rank, int start, int count);
+/* Frees every block of group on every node; returns how many. */
+int rdzv_plans_release_group(rdzv_plans_t *self, const char *group);
+/* Number of blocks recorded on node. */
+int rdzv_plans_count(const rdzv_plans_t *self, const char *node);
+
+#endif

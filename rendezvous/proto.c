@@ -1,0 +1,218 @@
+#include "proto.h"
+#include "rdzv_proto.h"
+#include "rdzv_util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    rdzv_op_t op;
+} s_op_name_t;
+
+static const s_op_name_t s_ops[] = {
+    { "join", RDZV_OP_JOIN },
+    { "heartbeat", RDZV_OP_HEARTBEAT },
+    { "status", RDZV_OP_STATUS },
+    { "kv_put", RDZV_OP_KV_PUT },
+    { "kv_get", RDZV_OP_KV_GET },
+    { "kv_wait", RDZV_OP_KV_WAIT },
+    { "group_delete", RDZV_OP_GROUP_DELETE },
+};
+
+/* Field fetchers: each returns 0, or -1 with *code and msg set. */
+typedef struct {
+    const cJSON *root;
+    const char **code;
+    char *msg;
+    size_t msglen;
+} s_ctx_t;
+
+static int s_fail(s_ctx_t *c, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int s_fail(s_ctx_t *c, const char *code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    *c->code = code;
+    vsnprintf(c->msg, c->msglen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int s_string(s_ctx_t *c, const char *name, bool required, bool strict_name,
+                    const char **out)
+{
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(c->root, name);
+    if (!item) {
+        *out = NULL;
+        return required ? s_fail(c, RDZV_E_BAD_REQUEST, "field \"%s\" is required", name) : 0;
+    }
+    if (!cJSON_IsString(item))
+        return s_fail(c, RDZV_E_BAD_REQUEST, "field \"%s\" must be a string", name);
+    const char *s = item->valuestring;
+    if (strict_name ? !rdzv_name_valid(s) : !rdzv_text_valid(s))
+        return s_fail(c, RDZV_E_BAD_REQUEST,
+                      "field \"%s\" must be 1..255 printable characters", name);
+    *out = s;
+    return 0;
+}
+
+/* Integers arrive as JSON numbers (doubles); refuse fractions and values
+ * outside [lo, hi] so nothing downstream sees a truncated number. */
+static int s_int(s_ctx_t *c, const char *name, bool required, double lo, double hi,
+                 const char *range_code, int64_t *out)
+{
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(c->root, name);
+    if (!item) {
+        if (required)
+            return s_fail(c, RDZV_E_BAD_REQUEST, "field \"%s\" is required", name);
+        return 0;
+    }
+    if (!cJSON_IsNumber(item) || !isfinite(item->valuedouble)
+        || item->valuedouble != floor(item->valuedouble))
+        return s_fail(c, RDZV_E_BAD_REQUEST, "field \"%s\" must be an integer", name);
+    if (item->valuedouble < lo || item->valuedouble > hi)
+        return s_fail(c, range_code, "field \"%s\" is out of range", name);
+    *out = (int64_t) item->valuedouble;
+    return 0;
+}
+
+static int s_parse_join(s_ctx_t *c, int max_world, rdzv_request_t *r)
+{
+    int64_t world = 0, rank = 0, timeout = RDZV_DEFAULT_TIMEOUT_MS;
+    if (s_string(c, "group", true, true, &r->group) < 0
+        || s_int(c, "world", true, 1, max_world, RDZV_E_BAD_WORLD, &world) < 0
+        || s_int(c, "rank", true, -1e18, 1e18, RDZV_E_BAD_RANK, &rank) < 0
+        || s_string(c, "host", true, false, &r->host) < 0
+        || s_string(c, "node", true, false, &r->node) < 0
+        || s_string(c, "session", true, false, &r->session) < 0
+        || s_int(c, "timeout_ms", false, 1, RDZV_MAX_TIMEOUT_MS, RDZV_E_BAD_REQUEST, &timeout) < 0
+        || s_string(c, "nccl_id", false, true, &r->nccl_id) < 0)
+        return -1;
+    if (rank < 0 || rank >= world) {
+        *c->code = RDZV_E_BAD_RANK;
+        snprintf(c->msg, c->msglen, "rank %lld is outside world %lld",
+                 (long long) rank, (long long) world);
+        return -1;
+    }
+    if (r->nccl_id && strcmp(r->nccl_id, "server") != 0 && strcmp(r->nccl_id, "none") != 0)
+        return s_fail(c, RDZV_E_BAD_REQUEST, "field \"%s\" must be \"server\" or \"none\"", "nccl_id");
+    const cJSON *members = cJSON_GetObjectItemCaseSensitive(c->root, "members");
+    if (members && !cJSON_IsBool(members))
+        return s_fail(c, RDZV_E_BAD_REQUEST, "field \"%s\" must be a boolean", "members");
+    r->members = !members || cJSON_IsTrue(members);
+    r->world = (int) world;
+    r->rank = (int) rank;
+    r->timeout_ms = timeout;
+    return 0;
+}
+
+static int s_parse_kv(s_ctx_t *c, rdzv_request_t *r)
+{
+    r->timeout_ms = RDZV_DEFAULT_TIMEOUT_MS;
+    if (s_string(c, "group", true, true, &r->group) < 0
+        || s_int(c, "epoch", true, 1, 9e15, RDZV_E_BAD_REQUEST, &r->epoch) < 0
+        || s_string(c, "key", true, true, &r->key) < 0
+        || s_int(c, "timeout_ms", false, 1, RDZV_MAX_TIMEOUT_MS, RDZV_E_BAD_REQUEST,
+                 &r->timeout_ms) < 0)
+        return -1;
+    if (r->op != RDZV_OP_KV_PUT)
+        return 0;
+    const cJSON *value = cJSON_GetObjectItemCaseSensitive(c->root, "value");
+    if (!cJSON_IsString(value))
+        return s_fail(c, RDZV_E_BAD_REQUEST, "field \"%s\" must be a string", "value");
+    if (strlen(value->valuestring) > RDZV_MAX_VALUE)
+        return s_fail(c, RDZV_E_TOO_LARGE, "field \"%s\" is over 65536 bytes", "value");
+    r->value = value->valuestring;
+    return 0;
+}
+
+static int s_parse_fields(s_ctx_t *c, int max_world, rdzv_request_t *r)
+{
+    switch (r->op) {
+    case RDZV_OP_JOIN:
+        return s_parse_join(c, max_world, r);
+    case RDZV_OP_HEARTBEAT: {
+        int64_t rank = 0;
+        if (s_string(c, "group", true, true, &r->group) < 0
+            || s_int(c, "rank", true, 0, max_world - 1, RDZV_E_BAD_RANK, &rank) < 0
+            || s_string(c, "session", true, false, &r->session) < 0
+            || s_int(c, "epoch", true, 1, 9e15, RDZV_E_BAD_REQUEST, &r->epoch) < 0)
+            return -1;
+        r->rank = (int) rank;
+        return 0;
+    }
+    case RDZV_OP_STATUS:
+        return s_string(c, "group", false, true, &r->group);
+    case RDZV_OP_GROUP_DELETE:
+        return s_string(c, "group", true, true, &r->group);
+    default:
+        return s_parse_kv(c, r);
+    }
+}
+
+static int s_parse_op(s_ctx_t *c, rdzv_request_t *r)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->root, "v");
+    if (!cJSON_IsNumber(v) || v->valuedouble != RDZV_PROTO_VERSION)
+        return s_fail(c, RDZV_E_BAD_VERSION, "%s", "field \"v\" must be 1");
+    const cJSON *op = cJSON_GetObjectItemCaseSensitive(c->root, "op");
+    if (!cJSON_IsString(op))
+        return s_fail(c, RDZV_E_UNKNOWN_OP, "%s", "field \"op\" must name an operation");
+    for (size_t i = 0; i < sizeof s_ops / sizeof s_ops[0]; i++)
+        if (strcmp(op->valuestring, s_ops[i].name) == 0) {
+            r->op = s_ops[i].op;
+            return 0;
+        }
+    return s_fail(c, RDZV_E_UNKNOWN_OP, "unknown op \"%.64s\"", op->valuestring);
+}
+
+int rdzv_request_parse(const char *frame, size_t len, int max_world,
+                       rdzv_request_t *req, const char **code,
+                       char *msg, size_t msglen)
+{
+    memset(req, 0, sizeof *req);
+    s_ctx_t c = { .code = code, .msg = msg, .msglen = msglen };
+    if (len > RDZV_MAX_FRAME)
+        return s_fail(&c, RDZV_E_TOO_LARGE, "%s", "request frame is over 69632 bytes");
+    req->root = cJSON_ParseWithLength(frame, len);
+    if (!cJSON_IsObject(req->root)) {
+        rdzv_request_clear(req);
+        return s_fail(&c, RDZV_E_BAD_JSON, "%s", "request is not a JSON object");
+    }
+    c.root = req->root;
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(req->root, "id");
+    if (cJSON_IsNumber(id) && fabs(id->valuedouble) < 9e15)
+        req->id = (int64_t) id->valuedouble;
+    if (s_parse_op(&c, req) < 0 || s_parse_fields(&c, max_world, req) < 0) {
+        int64_t keep_id = req->id;
+        rdzv_request_clear(req);
+        req->id = keep_id;
+        return -1;
+    }
+    return 0;
+}
+
+void rdzv_request_clear(rdzv_request_t *req)
+{
+    cJSON_Delete(req->root);
+    memset(req, 0, sizeof *req);
+}
+
+char *rdzv_reply_error(int64_t id, const char *code, const char *message)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "v", RDZV_PROTO_VERSION);
+    cJSON_AddNumberToObject(root, "id", (double) id);
+    cJSON *error = cJSON_AddObjectToObject(root, "error");
+    cJSON_AddStringToObject(error, "code", code);
+    cJSON_AddStringToObject(error, "message", message);
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return text;
+}

@@ -1,0 +1,44 @@
+/* Decoding and validating one request frame (docs/protocol.md). Nothing here
+ * touches server state, so every malformed input is refused before any
+ * handler runs. */
+#ifndef RDZV_PROTO_DECODE_H
+#define RDZV_PROTO_DECODE_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    RDZV_OP_JOIN,
+    RDZV_OP_HEARTBEAT,
+    RDZV_OP_STATUS,
+    RDZV_OP_KV_PUT,
+    RDZV_OP_KV_GET,
+    RDZV_OP_KV_WAIT,
+    RDZV_OP_GROUP_DELETE,
+} rdzv_op_t;
+
+typedef struct {
+    rdzv_op_t op;
+    int64_t id;
+    const char *group, *host, *node, *session, *key, *value, *nccl_id;
+    int world, rank;
+    int64_t epoch;
+    int64_t timeout_ms;
+    bool members;              /* join: include the members list */
+    cJSON *root;               /* owns the strings above */
+} rdzv_request_t;
+
+/* Parses frame into req. On failure returns -1 and sets *code (a constant
+ * from rdzv_proto.h) and msg; req->id is still the request's id if it had
+ * one. On success the caller releases req with rdzv_request_clear. */
+int rdzv_request_parse(const char *frame, size_t len, int max_world,
+                       rdzv_request_t *req, const char **code,
+                       char *msg, size_t msglen);
+void rdzv_request_clear(rdzv_request_t *req);
+
+/* Error reply text, malloc'd. */
+char *rdzv_reply_error(int64_t id, const char *code, const char *message);
+
+#endif

@@ -1,0 +1,203 @@
+/* rdzvd: the rendezvous server. Parses options, checks that the managed port
+ * range cannot collide with kernel-chosen ports, then runs the server. */
+#include "core.h"
+#include "server.h"
+#include "rdzv_proto.h"
+
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef RDZV_LIBEXECDIR
+#define RDZV_LIBEXECDIR "/usr/local/libexec/rdzv"
+#endif
+#define S_EPHEMERAL_FILE "/proc/sys/net/ipv4/ip_local_port_range"
+
+typedef struct {
+    rdzv_config_t cfg;
+    const char *bind;
+    const char *endpoint_file;
+    bool no_nccl;
+} s_options_t;
+
+static void s_usage(FILE *out)
+{
+    fprintf(out,
+        "usage: rdzvd [options]\n"
+        "  --bind ENDPOINT          ZeroMQ endpoint to serve (default %s)\n"
+        "  --state-dir DIR          where the journal lives (default ./rdzv-state)\n"
+        "  --port-base N            first managed port (default %d)\n"
+        "  --ports-per-rank K       ports in each rank's plan (default %d)\n"
+        "  --port-limit M           end of the managed range, exclusive (default %d)\n"
+        "  --max-world N            largest group (default %d)\n"
+        "  --dead-after SEC         a rank silent this long shows as dead (default 15)\n"
+        "  --nccl-root-timeout SEC  end an NCCL root whose ranks never all arrive (default 600)\n"
+        "  --nccl-helper PATH       the rdzv-nccl-root program\n"
+        "  --no-nccl                groups get no NCCL ID unless they ask (nccl_id=server)\n"
+        "  --no-fsync               do not fsync the journal (benchmarks only)\n"
+        "  --repair                 cut a journal corrupted in the middle at the damage\n"
+        "  --endpoint-file PATH     write the bound endpoint to PATH once serving\n"
+        "  --help, --version\n",
+        RDZV_DEFAULT_BIND, RDZV_DEFAULT_PORT_BASE, RDZV_DEFAULT_PORTS_PER_RANK,
+        RDZV_DEFAULT_PORT_LIMIT, RDZV_DEFAULT_MAX_WORLD);
+}
+
+static int s_int_arg(const char *flag, const char *text, long lo, long hi, int *out)
+{
+    char *end = NULL;
+    long v = strtol(text, &end, 10);
+    if (!*text || *end || v < lo || v > hi) {
+        fprintf(stderr, "rdzvd: %s must be an integer in [%ld, %ld], not \"%s\"\n",
+                flag, lo, hi, text);
+        return -1;
+    }
+    *out = (int) v;
+    return 0;
+}
+
+static const char *s_default_helper(void)
+{
+    static char path[PATH_MAX + 32];
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(path, sizeof path, "%s/rdzv-nccl-root", exe);
+            if (access(path, X_OK) == 0)
+                return path;
+        }
+    }
+    snprintf(path, sizeof path, "%s/rdzv-nccl-root", RDZV_LIBEXECDIR);
+    return access(path, X_OK) == 0 ? path : NULL;
+}
+
+static int s_parse(int argc, char **argv, s_options_t *o)
+{
+    static const struct option longopts[] = {
+        { "bind", required_argument, 0, 'b' }, { "state-dir", required_argument, 0, 's' },
+        { "port-base", required_argument, 0, 'p' }, { "ports-per-rank", required_argument, 0, 'k' },
+        { "port-limit", required_argument, 0, 'l' }, { "max-world", required_argument, 0, 'w' },
+        { "dead-after", required_argument, 0, 'd' }, { "nccl-root-timeout", required_argument, 0, 't' },
+        { "nccl-helper", required_argument, 0, 'n' }, { "no-nccl", no_argument, 0, 'N' },
+        { "no-fsync", no_argument, 0, 'F' }, { "repair", no_argument, 0, 'R' },
+        { "endpoint-file", required_argument, 0, 'e' }, { "help", no_argument, 0, 'h' },
+        { "version", no_argument, 0, 'V' }, { 0, 0, 0, 0 },
+    };
+    int c, dead_after = 15;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        int rc = 0;
+        switch (c) {
+        case 'b': o->bind = optarg; break;
+        case 's': o->cfg.state_dir = optarg; break;
+        case 'p': rc = s_int_arg("--port-base", optarg, 1, 65535, &o->cfg.port_base); break;
+        case 'k': rc = s_int_arg("--ports-per-rank", optarg, 1, 4096, &o->cfg.ports_per_rank); break;
+        case 'l': rc = s_int_arg("--port-limit", optarg, 2, 65536, &o->cfg.port_limit); break;
+        case 'w': rc = s_int_arg("--max-world", optarg, 1, 1 << 24, &o->cfg.max_world); break;
+        case 'd': rc = s_int_arg("--dead-after", optarg, 1, 86400, &dead_after); break;
+        case 't': rc = s_int_arg("--nccl-root-timeout", optarg, 1, 86400, &o->cfg.nccl_root_timeout_s); break;
+        case 'n': o->cfg.nccl_helper = optarg; break;
+        case 'N': o->no_nccl = true; break;
+        case 'F': o->cfg.do_fsync = false; break;
+        case 'R': o->cfg.repair = true; break;
+        case 'e': o->endpoint_file = optarg; break;
+        case 'h': s_usage(stdout); exit(0);
+        case 'V': printf("rdzvd %s\n", RDZV_VERSION); exit(0);
+        default: s_usage(stderr); return -1;
+        }
+        if (rc < 0)
+            return -1;
+    }
+    if (optind < argc) {
+        fprintf(stderr, "rdzvd: unexpected argument \"%s\" (see --help)\n", argv[optind]);
+        return -1;
+    }
+    o->cfg.dead_after_ms = (int64_t) dead_after * 1000;
+    return 0;
+}
+
+/* Ports the kernel picks for port-0 binds must never land in a plan. */
+static int s_check_range(const rdzv_config_t *cfg)
+{
+    if (cfg->port_base + cfg->ports_per_rank > cfg->port_limit) {
+        fprintf(stderr, "rdzvd: --port-base %d + --ports-per-rank %d exceeds --port-limit %d\n",
+                cfg->port_base, cfg->ports_per_rank, cfg->port_limit);
+        return -1;
+    }
+    FILE *f = fopen(S_EPHEMERAL_FILE, "r");
+    int lo = 0, hi = 0;
+    if (!f || fscanf(f, "%d %d", &lo, &hi) != 2) {
+        if (f)
+            fclose(f);
+        fprintf(stderr, "rdzvd: warning: cannot read %s; not checking the range\n",
+                S_EPHEMERAL_FILE);
+        return 0;
+    }
+    fclose(f);
+    if (cfg->port_limit > lo && cfg->port_base <= hi) {
+        fprintf(stderr, "rdzvd: managed range [%d, %d) overlaps the kernel's ephemeral range "
+                "[%d, %d] (%s); lower --port-limit to %d or move the ephemeral range\n",
+                cfg->port_base, cfg->port_limit, lo, hi, S_EPHEMERAL_FILE, lo);
+        return -1;
+    }
+    return 0;
+}
+
+static void s_write_endpoint(const char *path, const char *endpoint)
+{
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (f && fprintf(f, "%s\n", endpoint) > 0 && fclose(f) == 0)
+        rename(tmp, path);
+    else if (f)
+        fclose(f);
+}
+
+int main(int argc, char **argv)
+{
+    s_options_t o = {
+        .cfg = { .port_base = RDZV_DEFAULT_PORT_BASE, .ports_per_rank = RDZV_DEFAULT_PORTS_PER_RANK,
+                 .port_limit = RDZV_DEFAULT_PORT_LIMIT, .max_world = RDZV_DEFAULT_MAX_WORLD,
+                 .do_fsync = true, .nccl_root_timeout_s = 600, .state_dir = "./rdzv-state" },
+        .bind = RDZV_DEFAULT_BIND,
+    };
+    if (s_parse(argc, argv, &o) < 0 || s_check_range(&o.cfg) < 0)
+        return 2;
+#ifdef RDZV_HAVE_NCCL
+    if (!o.cfg.nccl_helper)
+        o.cfg.nccl_helper = s_default_helper();
+#else
+    (void) s_default_helper;
+    o.cfg.nccl_helper = NULL;
+#endif
+    o.cfg.nccl_default = o.cfg.nccl_helper && !o.no_nccl;
+    char err[512];
+    rdzv_core_t *core = rdzv_core_new(&o.cfg, err, sizeof err);
+    if (!core) {
+        fprintf(stderr, "rdzvd: %s\n", err);
+        return 1;
+    }
+    rdzv_server_t *server = rdzv_server_new(core, o.bind, err, sizeof err);
+    if (!server) {
+        fprintf(stderr, "rdzvd: %s\n", err);
+        rdzv_core_destroy(&core);
+        return 1;
+    }
+    rdzv_core_log("start", "version=%s endpoint=%s state=%s ports=[%d,%d) per_rank=%d nccl=%s",
+                  RDZV_VERSION, rdzv_server_endpoint(server), o.cfg.state_dir,
+                  o.cfg.port_base, o.cfg.port_limit, o.cfg.ports_per_rank,
+                  o.cfg.nccl_helper ? o.cfg.nccl_helper : "none");
+    if (o.endpoint_file)
+        s_write_endpoint(o.endpoint_file, rdzv_server_endpoint(server));
+    rdzv_server_run(server);
+    rdzv_core_log("stop", "signal received; exiting");
+    rdzv_server_destroy(&server);
+    rdzv_core_destroy(&core);
+    return 0;
+}
