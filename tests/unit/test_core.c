@@ -1,0 +1,356 @@
+/* The rendezvous state machine driven without sockets: requests in, the
+ * outbox out. Each test is one rule of docs/protocol.md. */
+#include <check.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "rdzv_proto.h"
+
+static char dir[64];
+static rdzv_core_t *core;
+static int64_t now;
+
+static rdzv_config_t s_config(void)
+{
+    return (rdzv_config_t) { .port_base = 19500, .ports_per_rank = 32, .port_limit = 19500 + 8 * 32,
+                             .max_world = 1024, .dead_after_ms = 15000, .do_fsync = false,
+                             .state_dir = dir };
+}
+
+static void s_open(void)
+{
+    char err[256];
+    rdzv_config_t cfg = s_config();
+    core = rdzv_core_new(&cfg, err, sizeof err);
+    ck_assert_msg(core != NULL, "%s", err);
+}
+
+static void setup(void)
+{
+    strcpy(dir, "/tmp/rdzv-core-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    now = 1000;
+    s_open();
+}
+
+static void teardown(void)
+{
+    rdzv_core_destroy(&core);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Replies of one batch, by peer number. */
+static cJSON *replies[64];
+
+static void s_clear_replies(void)
+{
+    for (int i = 0; i < 64; i++) {
+        cJSON_Delete(replies[i]);
+        replies[i] = NULL;
+    }
+}
+
+static void s_collect(void)
+{
+    ck_assert_int_eq(rdzv_core_commit(core), 0);
+    size_t n = 0;
+    rdzv_reply_t *out = rdzv_core_take_outbox(core, &n);
+    for (size_t i = 0; i < n; i++) {
+        int who = out[i].peer.id[0];
+        cJSON_Delete(replies[who]);
+        replies[who] = cJSON_Parse(out[i].text);
+        free(out[i].text);
+    }
+    free(out);
+}
+
+static void s_send(int who, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void s_send(int who, const char *fmt, ...)
+{
+    char frame[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(frame, sizeof frame, fmt, ap);
+    va_end(ap);
+    rdzv_peer_t peer = { .len = 1 };
+    peer.id[0] = (unsigned char) who;
+    rdzv_core_handle(core, &peer, frame, strlen(frame), now);
+    s_collect();
+}
+
+static void s_join(int who, const char *group, int world, int rank, const char *node,
+                   const char *session)
+{
+    s_send(who, "{\"v\":1,\"id\":%d,\"op\":\"join\",\"group\":\"%s\",\"world\":%d,\"rank\":%d,"
+           "\"host\":\"10.0.0.%d\",\"node\":\"%s\",\"session\":\"%s\",\"timeout_ms\":5000}",
+           who, group, world, rank, rank, node, session);
+}
+
+static const cJSON *s_assignment(int who)
+{
+    ck_assert_msg(replies[who] != NULL, "peer %d got no reply", who);
+    const cJSON *a = cJSON_GetObjectItem(replies[who], "assignment");
+    ck_assert_msg(a != NULL, "peer %d got %s", who, cJSON_PrintUnformatted(replies[who]));
+    return a;
+}
+
+static int s_field(const cJSON *a, const char *name)
+{
+    return (int) cJSON_GetObjectItem(a, name)->valuedouble;
+}
+
+static const char *s_error(int who)
+{
+    ck_assert_msg(replies[who] != NULL, "peer %d got no reply", who);
+    const cJSON *e = cJSON_GetObjectItem(replies[who], "error");
+    return e ? cJSON_GetObjectItem(e, "code")->valuestring : "(none)";
+}
+
+START_TEST(test_barrier_and_assignment)
+{
+    for (int r = 0; r < 3; r++) {
+        s_join(r, "g", 4, r, "pod", "s");
+        ck_assert_ptr_null(replies[r]);       /* held until all have joined */
+    }
+    s_join(3, "g", 4, 3, "pod", "s");
+    for (int r = 0; r < 4; r++) {
+        const cJSON *a = s_assignment(r);
+        ck_assert_int_eq(s_field(a, "rank"), r);
+        ck_assert_int_eq(s_field(a, "epoch"), 1);
+        ck_assert_int_eq(s_field(a, "master_port"), 19500);
+        ck_assert_str_eq(cJSON_GetObjectItem(a, "master_addr")->valuestring, "10.0.0.0");
+        const cJSON *ports = cJSON_GetObjectItem(a, "ports");
+        ck_assert_int_eq(cJSON_GetArraySize(ports), 32);
+        ck_assert_int_eq((int) cJSON_GetArrayItem(ports, 0)->valuedouble, 19500 + 32 * r);
+        ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(a, "members")), 4);
+        ck_assert(cJSON_IsNull(cJSON_GetObjectItem(a, "nccl_unique_id")));
+    }
+    s_clear_replies();
+}
+END_TEST
+
+START_TEST(test_plans_do_not_depend_on_join_order)
+{
+    static const int order[] = { 3, 1, 0, 2 };
+    for (int i = 0; i < 4; i++)
+        s_join(order[i], "g", 4, order[i], "pod", "s");
+    for (int r = 0; r < 4; r++) {
+        const cJSON *ports = cJSON_GetObjectItem(s_assignment(r), "ports");
+        ck_assert_int_eq((int) cJSON_GetArrayItem(ports, 0)->valuedouble, 19500 + 32 * r);
+    }
+    s_clear_replies();
+}
+END_TEST
+
+START_TEST(test_separate_nodes_share_numbers)
+{
+    const char *nodes[] = { "pod-0", "pod-1", "pod-2", "pod-3" };
+    for (int r = 0; r < 4; r++)
+        s_join(r, "g", 4, r, nodes[r], "s");
+    for (int r = 0; r < 4; r++)
+        ck_assert_int_eq((int) cJSON_GetArrayItem(cJSON_GetObjectItem(s_assignment(r), "ports"), 0)->valuedouble, 19500);
+    s_clear_replies();
+}
+END_TEST
+
+START_TEST(test_two_groups_on_one_node_are_disjoint)
+{
+    s_join(0, "a", 2, 0, "node", "s");
+    s_join(1, "a", 2, 1, "node", "s");
+    s_join(2, "b", 2, 0, "node", "s");
+    s_join(3, "b", 2, 1, "node", "s");
+    int starts[4];
+    for (int p = 0; p < 4; p++)
+        starts[p] = (int) cJSON_GetArrayItem(cJSON_GetObjectItem(s_assignment(p), "ports"), 0)->valuedouble;
+    ck_assert_int_eq(starts[0], 19500);
+    ck_assert_int_eq(starts[1], 19532);
+    ck_assert_int_eq(starts[2], 19564);
+    ck_assert_int_eq(starts[3], 19596);
+    s_clear_replies();
+}
+END_TEST
+
+START_TEST(test_resume_same_session)
+{
+    s_join(0, "g", 2, 0, "n", "a");
+    s_join(1, "g", 2, 1, "n", "b");
+    s_clear_replies();
+    s_join(5, "g", 2, 1, "n", "b");
+    ck_assert_int_eq(s_field(s_assignment(5), "epoch"), 1);
+    s_clear_replies();
+}
+END_TEST
+
+START_TEST(test_restart_moves_epoch)
+{
+    s_join(0, "g", 2, 0, "n", "a");
+    s_join(1, "g", 2, 1, "n", "b");
+    s_send(2, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":\"v1\"}");
+    s_clear_replies();
+    s_join(1, "g", 2, 1, "n", "b-restarted");
+    ck_assert_ptr_null(replies[1]);          /* epoch 2 forms: rank 0 must rejoin */
+    s_send(2, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\"}");
+    ck_assert_str_eq(s_error(2), RDZV_E_STALE_EPOCH);
+    s_send(3, "{\"v\":1,\"op\":\"heartbeat\",\"group\":\"g\",\"rank\":0,\"session\":\"a\",\"epoch\":1}");
+    ck_assert_str_eq(s_error(3), RDZV_E_STALE_EPOCH);
+    /* Joins while epoch 2 forms start no further epoch. */
+    s_join(0, "g", 2, 0, "n", "a");
+    ck_assert_int_eq(s_field(s_assignment(0), "epoch"), 2);
+    ck_assert_int_eq(s_field(s_assignment(1), "epoch"), 2);
+    /* Same plan in the new epoch. */
+    ck_assert_int_eq((int) cJSON_GetArrayItem(cJSON_GetObjectItem(s_assignment(1), "ports"), 0)->valuedouble, 19532);
+    s_clear_replies();
+}
+END_TEST
+
+START_TEST(test_rank_taken_while_forming)
+{
+    s_join(0, "g", 2, 0, "n", "a");
+    s_join(1, "g", 2, 0, "n", "intruder");
+    ck_assert_str_eq(s_error(1), RDZV_E_RANK_TAKEN);
+    /* Once the first session's wait is over, a new session may take it. */
+    now += 6000;
+    rdzv_core_tick(core, now);
+    s_collect();
+    ck_assert_str_eq(s_error(0), RDZV_E_TIMEOUT);
+    s_clear_replies();
+    s_join(1, "g", 2, 0, "n", "intruder");
+    ck_assert_ptr_null(replies[1]);           /* accepted: waits for rank 1 */
+    s_join(2, "g", 2, 1, "n", "b");
+    ck_assert_int_eq(s_field(s_assignment(1), "rank"), 0);
+    s_clear_replies();
+}
+END_TEST
+
+START_TEST(test_state_survives_restart)
+{
+    s_join(0, "g", 2, 0, "n", "a");
+    s_join(1, "g", 2, 1, "n", "b");
+    char *before = cJSON_PrintUnformatted(s_assignment(1));
+    s_clear_replies();
+    rdzv_core_destroy(&core);
+    s_open();
+    s_join(1, "g", 2, 1, "n", "b");
+    char *after = cJSON_PrintUnformatted(s_assignment(1));
+    ck_assert_str_eq(before, after);
+    free(before);
+    free(after);
+    s_clear_replies();
+}
+END_TEST
+
+START_TEST(test_bad_input_changes_nothing)
+{
+    s_join(0, "g", 2, 0, "n", "a");
+    uint64_t size = rdzv_journal_size(core->journal);
+    static const char *bad[] = {
+        "{\"v\":1,\"op\":\"join\",\"group\":\"g\",\"world\":3,\"rank\":1,\"host\":\"h\",\"node\":\"n\",\"session\":\"x\"}",
+        "{\"v\":1,\"op\":\"join\",\"group\":\"g\",\"world\":2,\"rank\":2,\"host\":\"h\",\"node\":\"n\",\"session\":\"x\"}",
+        "{\"v\":1,\"op\":\"join\",\"group\":\"g\",\"world\":2,\"rank\":1,\"host\":5,\"node\":\"n\",\"session\":\"x\"}",
+        "{\"v\":1,\"op\":\"kv_put\",\"group\":\"nope\",\"epoch\":1,\"key\":\"k\",\"value\":\"v\"}",
+        "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":7,\"key\":\"k\",\"value\":\"v\"}",
+        "{\"v\":1,\"op\":\"group_delete\",\"group\":\"nope\"}",
+        "garbage",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        s_send(9, "%s", bad[i]);
+        ck_assert_ptr_nonnull(cJSON_GetObjectItem(replies[9], "error"));
+    }
+    ck_assert_uint_eq(rdzv_journal_size(core->journal), size);
+    /* The waiting rank is still served. */
+    s_join(1, "g", 2, 1, "n", "b");
+    ck_assert_int_eq(s_field(s_assignment(0), "rank"), 0);
+    s_clear_replies();
+}
+END_TEST
+
+START_TEST(test_kv_put_get_wait)
+{
+    s_join(0, "g", 1, 0, "n", "a");
+    s_send(1, "{\"v\":1,\"op\":\"kv_wait\",\"group\":\"g\",\"epoch\":1,\"key\":\"id\",\"timeout_ms\":1000}");
+    ck_assert_ptr_null(replies[1]);
+    s_send(2, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"id\",\"value\":\"abc\"}");
+    ck_assert_str_eq(cJSON_GetObjectItem(replies[1], "value")->valuestring, "abc");
+    s_send(3, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"g\",\"epoch\":1,\"key\":\"id\"}");
+    ck_assert_str_eq(cJSON_GetObjectItem(replies[3], "value")->valuestring, "abc");
+    s_send(4, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"g\",\"epoch\":1,\"key\":\"other\"}");
+    ck_assert_str_eq(s_error(4), RDZV_E_NOT_FOUND);
+    s_send(5, "{\"v\":1,\"op\":\"kv_wait\",\"group\":\"g\",\"epoch\":1,\"key\":\"late\",\"timeout_ms\":10}");
+    now += 20;
+    rdzv_core_tick(core, now);
+    s_collect();
+    ck_assert_str_eq(s_error(5), RDZV_E_TIMEOUT);
+    s_clear_replies();
+}
+END_TEST
+
+START_TEST(test_delete_frees_plans_and_waiters)
+{
+    s_join(0, "a", 2, 0, "node", "s");
+    s_join(1, "a", 2, 1, "node", "s");
+    s_join(2, "b", 2, 0, "node", "s");
+    s_send(3, "{\"v\":1,\"op\":\"group_delete\",\"group\":\"b\"}");
+    ck_assert_str_eq(s_error(2), RDZV_E_NOT_FOUND);
+    s_send(4, "{\"v\":1,\"op\":\"group_delete\",\"group\":\"a\"}");
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[4], "ok")));
+    ck_assert_int_eq(rdzv_plans_count(core->plans, "node"), 0);
+    s_clear_replies();
+}
+END_TEST
+
+START_TEST(test_ports_exhausted)
+{
+    /* The range holds 8 blocks; a 9-rank group on one node cannot fit. */
+    for (int r = 0; r < 9; r++)
+        s_join(r, "big", 9, r, "node", "s");
+    for (int r = 0; r < 9; r++)
+        ck_assert_str_eq(s_error(r), RDZV_E_PORTS_EXHAUSTED);
+    s_clear_replies();
+}
+END_TEST
+
+START_TEST(test_status)
+{
+    s_join(0, "g", 2, 0, "n", "a");
+    s_send(1, "{\"v\":1,\"op\":\"status\",\"group\":\"g\"}");
+    const cJSON *g = cJSON_GetArrayItem(cJSON_GetObjectItem(replies[1], "groups"), 0);
+    ck_assert_int_eq(s_field(g, "world"), 2);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(g, "joined")), 1);
+    ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(g, "complete")));
+    s_send(2, "{\"v\":1,\"op\":\"status\",\"group\":\"none\"}");
+    ck_assert_str_eq(s_error(2), RDZV_E_NOT_FOUND);
+    s_clear_replies();
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("core");
+    TCase *tc = tcase_create("rdzv_core_handle");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_barrier_and_assignment);
+    tcase_add_test(tc, test_plans_do_not_depend_on_join_order);
+    tcase_add_test(tc, test_separate_nodes_share_numbers);
+    tcase_add_test(tc, test_two_groups_on_one_node_are_disjoint);
+    tcase_add_test(tc, test_resume_same_session);
+    tcase_add_test(tc, test_restart_moves_epoch);
+    tcase_add_test(tc, test_rank_taken_while_forming);
+    tcase_add_test(tc, test_state_survives_restart);
+    tcase_add_test(tc, test_bad_input_changes_nothing);
+    tcase_add_test(tc, test_kv_put_get_wait);
+    tcase_add_test(tc, test_delete_frees_plans_and_waiters);
+    tcase_add_test(tc, test_ports_exhausted);
+    tcase_add_test(tc, test_status);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

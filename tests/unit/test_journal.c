@@ -1,0 +1,162 @@
+#include <check.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "journal.h"
+
+static char dir[64];
+static char path[128];
+
+static void setup(void)
+{
+    strcpy(dir, "/tmp/rdzv-journal-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/journal", dir);
+}
+
+static void teardown(void)
+{
+    unlink(path);
+    rmdir(dir);
+}
+
+static int s_count(void *arg, const cJSON *rec)
+{
+    int *n = arg;
+    const cJSON *i = cJSON_GetObjectItem(rec, "i");
+    ck_assert_int_eq((int) i->valuedouble, *n);
+    (*n)++;
+    return 0;
+}
+
+static void s_write_records(int n)
+{
+    char err[256];
+    rdzv_journal_t *j = rdzv_journal_open(dir, true, err, sizeof err);
+    ck_assert_ptr_nonnull(j);
+    for (int i = 0; i < n; i++) {
+        cJSON *rec = cJSON_CreateObject();
+        cJSON_AddNumberToObject(rec, "i", i);
+        cJSON_AddStringToObject(rec, "pad", "some text to make records longer");
+        ck_assert_int_eq(rdzv_journal_append(j, rec), 0);
+        cJSON_Delete(rec);
+    }
+    ck_assert_int_eq(rdzv_journal_flush(j), 0);
+    rdzv_journal_destroy(&j);
+}
+
+static long s_replay(bool repair, int *seen, size_t *torn, char *err, size_t errlen)
+{
+    rdzv_journal_t *j = rdzv_journal_open(dir, true, err, errlen);
+    ck_assert_ptr_nonnull(j);
+    *seen = 0;
+    long n = rdzv_journal_replay(j, s_count, seen, repair, torn, err, errlen);
+    rdzv_journal_destroy(&j);
+    return n;
+}
+
+static off_t s_size(void)
+{
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    return st.st_size;
+}
+
+START_TEST(test_roundtrip)
+{
+    s_write_records(10);
+    int seen;
+    size_t torn;
+    char err[256];
+    ck_assert_int_eq(s_replay(false, &seen, &torn, err, sizeof err), 10);
+    ck_assert_int_eq(seen, 10);
+    ck_assert_uint_eq(torn, 0);
+}
+END_TEST
+
+/* Cutting the file at every byte inside the last record loses only it. */
+START_TEST(test_torn_tail_at_every_byte)
+{
+    s_write_records(3);
+    off_t full = s_size();
+    int seen;
+    size_t torn;
+    char err[256];
+    /* Find where the last record starts: replay 2-record prefix sizes. */
+    off_t record = full / 3;
+    for (off_t cut = full - record + 1; cut < full; cut++) {
+        teardown();
+        setup();
+        s_write_records(3);
+        ck_assert_int_eq(truncate(path, cut), 0);
+        ck_assert_int_eq(s_replay(false, &seen, &torn, err, sizeof err), 2);
+        ck_assert_uint_eq(torn, (size_t) (cut - (full - record)));
+        ck_assert_int_eq(s_size(), full - record);
+    }
+}
+END_TEST
+
+START_TEST(test_flipped_bit_in_middle_refused)
+{
+    s_write_records(5);
+    int fd = open(path, O_RDWR);
+    unsigned char b;
+    ck_assert_int_eq(pread(fd, &b, 1, 20), 1);
+    b ^= 0x10;
+    ck_assert_int_eq(pwrite(fd, &b, 1, 20), 1);
+    close(fd);
+    int seen;
+    size_t torn;
+    char err[256] = "";
+    ck_assert_int_eq(s_replay(false, &seen, &torn, err, sizeof err), -1);
+    ck_assert_ptr_nonnull(strstr(err, "offset 0"));
+    /* --repair cuts there and keeps what came before. */
+    ck_assert_int_eq(s_replay(true, &seen, &torn, err, sizeof err), 0);
+    ck_assert_int_eq(s_size(), 0);
+}
+END_TEST
+
+START_TEST(test_second_open_refused)
+{
+    char err[256];
+    rdzv_journal_t *a = rdzv_journal_open(dir, true, err, sizeof err);
+    ck_assert_ptr_nonnull(a);
+    rdzv_journal_t *b = rdzv_journal_open(dir, true, err, sizeof err);
+    ck_assert_ptr_null(b);
+    ck_assert_ptr_nonnull(strstr(err, "in use"));
+    rdzv_journal_destroy(&a);
+    rdzv_journal_destroy(&a);
+}
+END_TEST
+
+START_TEST(test_frame_layout)
+{
+    unsigned char buf[64];
+    ck_assert_int_eq(rdzv_journal_frame("{}", 2, buf, sizeof buf), 10);
+    ck_assert_int_eq(buf[0], 2);
+    ck_assert_int_eq(buf[1] | buf[2] | buf[3], 0);
+    ck_assert_int_eq(rdzv_journal_frame("{}", 2, buf, 9), -1);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("journal");
+    TCase *tc = tcase_create("journal");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, test_roundtrip);
+    tcase_add_test(tc, test_torn_tail_at_every_byte);
+    tcase_add_test(tc, test_flipped_bit_in_middle_refused);
+    tcase_add_test(tc, test_second_open_refused);
+    tcase_add_test(tc, test_frame_layout);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,130 @@
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto.h"
+#include "rdzv_proto.h"
+
+typedef struct {
+    const char *json;
+    const char *code;            /* NULL: must parse */
+} s_case_t;
+
+#define JOIN_OK "\"op\":\"join\",\"group\":\"g\",\"host\":\"h\",\"node\":\"n\",\"session\":\"s\""
+
+static const s_case_t s_cases[] = {
+    { "{\"v\":1," JOIN_OK ",\"world\":4,\"rank\":3}", NULL },
+    { "{\"v\":1," JOIN_OK ",\"world\":4,\"rank\":3,\"nccl_id\":\"none\",\"members\":false}", NULL },
+    { "not json", RDZV_E_BAD_JSON },
+    { "[1,2]", RDZV_E_BAD_JSON },
+    { "{\"v\":1," JOIN_OK ",\"world\":4,\"rank\":3", RDZV_E_BAD_JSON },
+    { "{" JOIN_OK ",\"world\":4,\"rank\":3}", RDZV_E_BAD_VERSION },
+    { "{\"v\":2," JOIN_OK ",\"world\":4,\"rank\":3}", RDZV_E_BAD_VERSION },
+    { "{\"v\":\"1\"," JOIN_OK ",\"world\":4,\"rank\":3}", RDZV_E_BAD_VERSION },
+    { "{\"v\":1,\"op\":\"fly\"}", RDZV_E_UNKNOWN_OP },
+    { "{\"v\":1,\"op\":7}", RDZV_E_UNKNOWN_OP },
+    { "{\"v\":1}", RDZV_E_UNKNOWN_OP },
+    { "{\"v\":1," JOIN_OK ",\"world\":4,\"rank\":4}", RDZV_E_BAD_RANK },
+    { "{\"v\":1," JOIN_OK ",\"world\":4,\"rank\":-1}", RDZV_E_BAD_RANK },
+    { "{\"v\":1," JOIN_OK ",\"world\":0,\"rank\":0}", RDZV_E_BAD_WORLD },
+    { "{\"v\":1," JOIN_OK ",\"world\":65537,\"rank\":0}", RDZV_E_BAD_WORLD },
+    { "{\"v\":1," JOIN_OK ",\"world\":\"4\",\"rank\":0}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1," JOIN_OK ",\"world\":4.5,\"rank\":0}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1," JOIN_OK ",\"world\":4}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1," JOIN_OK ",\"world\":4,\"rank\":0,\"timeout_ms\":0}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1," JOIN_OK ",\"world\":4,\"rank\":0,\"nccl_id\":\"gpu\"}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1," JOIN_OK ",\"world\":4,\"rank\":0,\"members\":1}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1,\"op\":\"join\",\"group\":\"a b\",\"host\":\"h\",\"node\":\"n\",\"session\":\"s\",\"world\":1,\"rank\":0}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1,\"op\":\"join\",\"group\":\"\",\"host\":\"h\",\"node\":\"n\",\"session\":\"s\",\"world\":1,\"rank\":0}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1,\"op\":\"join\",\"group\":\"g\",\"host\":\"h\\n\",\"node\":\"n\",\"session\":\"s\",\"world\":1,\"rank\":0}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1,\"op\":\"status\"}", NULL },
+    { "{\"v\":1,\"op\":\"status\",\"group\":5}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":\"x\"}", NULL },
+    { "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":3}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1,\"op\":\"kv_get\",\"group\":\"g\",\"epoch\":0,\"key\":\"k\"}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1,\"op\":\"kv_wait\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"timeout_ms\":10}", NULL },
+    { "{\"v\":1,\"op\":\"heartbeat\",\"group\":\"g\",\"rank\":0,\"session\":\"s\",\"epoch\":1}", NULL },
+    { "{\"v\":1,\"op\":\"heartbeat\",\"group\":\"g\",\"rank\":0,\"session\":\"s\"}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1,\"op\":\"group_delete\"}", RDZV_E_BAD_REQUEST },
+};
+
+START_TEST(test_parse_table)
+{
+    const s_case_t *c = &s_cases[_i];
+    rdzv_request_t req;
+    const char *code = NULL;
+    char msg[256] = "";
+    int rc = rdzv_request_parse(c->json, strlen(c->json), RDZV_DEFAULT_MAX_WORLD, &req,
+                                &code, msg, sizeof msg);
+    if (c->code) {
+        ck_assert_msg(rc == -1, "case %d parsed: %s", _i, c->json);
+        ck_assert_str_eq(code, c->code);
+        ck_assert_msg(strlen(msg) > 0, "case %d has no message", _i);
+    } else {
+        ck_assert_msg(rc == 0, "case %d refused (%s: %s): %s", _i, code, msg, c->json);
+        rdzv_request_clear(&req);
+    }
+}
+END_TEST
+
+START_TEST(test_join_fields)
+{
+    const char *json = "{\"v\":1,\"id\":42," JOIN_OK ",\"world\":8,\"rank\":5,\"timeout_ms\":1500,\"members\":false}";
+    rdzv_request_t req;
+    const char *code;
+    char msg[128];
+    ck_assert_int_eq(rdzv_request_parse(json, strlen(json), 100, &req, &code, msg, sizeof msg), 0);
+    ck_assert_int_eq(req.op, RDZV_OP_JOIN);
+    ck_assert_int_eq(req.id, 42);
+    ck_assert_int_eq(req.world, 8);
+    ck_assert_int_eq(req.rank, 5);
+    ck_assert_int_eq(req.timeout_ms, 1500);
+    ck_assert(!req.members);
+    ck_assert_str_eq(req.group, "g");
+    rdzv_request_clear(&req);
+}
+END_TEST
+
+START_TEST(test_error_keeps_id_and_oversize)
+{
+    const char *json = "{\"v\":1,\"id\":9,\"op\":\"nope\"}";
+    rdzv_request_t req;
+    const char *code;
+    char msg[128];
+    ck_assert_int_eq(rdzv_request_parse(json, strlen(json), 100, &req, &code, msg, sizeof msg), -1);
+    ck_assert_int_eq(req.id, 9);
+    size_t big = RDZV_MAX_FRAME + 1;
+    char *frame = malloc(big);
+    memset(frame, ' ', big);
+    ck_assert_int_eq(rdzv_request_parse(frame, big, 100, &req, &code, msg, sizeof msg), -1);
+    ck_assert_str_eq(code, RDZV_E_TOO_LARGE);
+    free(frame);
+}
+END_TEST
+
+START_TEST(test_max_world_option)
+{
+    const char *json = "{\"v\":1," JOIN_OK ",\"world\":101,\"rank\":0}";
+    rdzv_request_t req;
+    const char *code;
+    char msg[128];
+    ck_assert_int_eq(rdzv_request_parse(json, strlen(json), 100, &req, &code, msg, sizeof msg), -1);
+    ck_assert_str_eq(code, RDZV_E_BAD_WORLD);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("proto");
+    TCase *tc = tcase_create("rdzv_request_parse");
+    tcase_add_loop_test(tc, test_parse_table, 0, (int) (sizeof s_cases / sizeof s_cases[0]));
+    tcase_add_test(tc, test_join_fields);
+    tcase_add_test(tc, test_error_keeps_id_and_oversize);
+    tcase_add_test(tc, test_max_world_option);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
