@@ -1,0 +1,85 @@
+#!/bin/sh
+# The rdzv CLI against a real rdzvd: output formats, exec, env fallbacks,
+# status, kv, group delete and every exit code. TAP output.
+set -u
+RDZVD=$1
+RDZV=$2
+dir=$(mktemp -d /tmp/rdzv-cli-XXXXXX)
+n=0
+failed=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $1"; }
+check() { if eval "$2"; then ok "$1"; else not_ok "$1"; fi; }
+cleanup() {
+    [ -n "${pid:-}" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    rm -rf "$dir"
+}
+trap cleanup EXIT
+
+"$RDZVD" --bind 'tcp://127.0.0.1:*' --state-dir "$dir/state" --endpoint-file "$dir/ep" \
+    --port-limit 32000 --no-nccl 2>"$dir/rdzvd.log" &
+pid=$!
+i=0
+while [ ! -s "$dir/ep" ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i + 1)); done
+export RDZV_SERVER=$(cat "$dir/ep")
+
+# Four ranks at once, JSON output, one node each.
+for r in 0 1 2 3; do
+    "$RDZV" join --group demo --world 4 --rank $r --node "pod-$r" --host 127.0.0.1 \
+        >"$dir/r$r.json" 2>"$dir/r$r.err" &
+    eval "j$r=\$!"
+done
+for r in 0 1 2 3; do eval "wait \$j$r"; echo $? >"$dir/r$r.rc"; done
+for r in 0 1 2 3; do
+    check "rank $r exits 0" "[ \"\$(cat $dir/r$r.rc)\" = 0 ]"
+    check "rank $r got rank $r, epoch 1, ports from 19500" \
+        "grep -q '\"rank\":$r,' $dir/r$r.json && grep -q '\"epoch\":1' $dir/r$r.json && grep -q '\"ports\":\[19500,19501' $dir/r$r.json"
+done
+
+# env format and the variables engines read; env fallbacks for the options.
+RDZV_GROUP=envg RDZV_WORLD=1 RDZV_RANK=0 RDZV_NODE=n RDZV_HOST=127.0.0.1 \
+    "$RDZV" join --format env >"$dir/env.out"
+for v in RDZV_GROUP=envg RDZV_EPOCH=1 RDZV_RANK=0 RDZV_WORLD=1 RDZV_MASTER_ADDR=127.0.0.1 \
+         RDZV_MASTER_PORT=19500 MASTER_ADDR=127.0.0.1 MASTER_PORT=19500 RANK=0 WORLD_SIZE=1 \
+         VLLM_PORT=19500 VLLM_DP_RANK=0 VLLM_DP_SIZE=1 VLLM_DP_MASTER_IP=127.0.0.1 \
+         VLLM_DP_MASTER_PORT=19500; do
+    check "env output has $v" "grep -qx '$v' $dir/env.out"
+done
+check "RDZV_PORTS is a comma list of 32" \
+    "[ \$(grep '^RDZV_PORTS=' $dir/env.out | tr ',' '\n' | wc -l) = 32 ]"
+
+# exec: the command runs with the assignment in its environment.
+out=$("$RDZV" join --group envg --world 1 --rank 0 --node n --host 127.0.0.1 -- \
+      sh -c 'echo "$RANK/$WORLD_SIZE/$VLLM_PORT"')
+check "join -- CMD runs CMD with the env" "[ \"$out\" = 0/1/19500 ]"
+"$RDZV" join --group envg --world 1 --rank 0 --node n --host 127.0.0.1 -- sh -c 'exit 7'
+check "join -- CMD exits with CMD's status" "[ $? = 7 ]"
+
+# Exit codes.
+"$RDZV" join --group demo --world 4 2>"$dir/e2"
+check "missing --rank exits 2" "[ $? = 2 ] && grep -q -- '--rank' $dir/e2"
+"$RDZV" join --group demo --world four --rank 0 2>/dev/null
+check "non-numeric --world exits 2" "[ $? = 2 ]"
+"$RDZV" join --group demo --world 5 --rank 0 --node x 2>"$dir/e4"
+check "world mismatch exits 4 naming the code" "[ $? = 4 ] && grep -q world_mismatch $dir/e4"
+"$RDZV" join --group lonely --world 2 --rank 0 --timeout 1 2>/dev/null
+check "a group that never completes exits 3" "[ $? = 3 ]"
+
+# status, kv, group delete.
+"$RDZV" status --group demo >"$dir/status.json"
+check "status lists the members with ports" \
+    "grep -q '\"joined\":\[0,1,2,3\]' $dir/status.json && grep -q '\"ports\":\[19500,19531\]' $dir/status.json"
+"$RDZV" kv put --group demo --epoch 1 answer 42
+check "kv put exits 0" "[ $? = 0 ]"
+check "kv get prints the value" "[ \"\$($RDZV kv get --group demo --epoch 1 answer)\" = 42 ]"
+check "kv wait returns a present key" "[ \"\$($RDZV kv wait --group demo --epoch 1 answer --timeout 2)\" = 42 ]"
+"$RDZV" kv get --group demo --epoch 1 nothing 2>/dev/null
+check "kv get of a missing key exits 4" "[ $? = 4 ]"
+"$RDZV" group delete --group demo
+check "group delete exits 0" "[ $? = 0 ]"
+"$RDZV" status --group demo 2>/dev/null
+check "a deleted group is gone" "[ $? = 4 ]"
+check "rdzvd is still running" "kill -0 $pid"
+
+echo "1..$n"
+[ $failed = 0 ]
