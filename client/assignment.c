@@ -1,0 +1,299 @@
+/* An assignment: what rdzvd told one rank of one epoch (docs/protocol.md,
+ * "join"). Parsed strictly: a rank must never start with a half-understood
+ * port plan or master address. */
+#include "assignment.h"
+
+#include "rdzv_private.h"
+#include "rdzv_proto.h"
+#include "rdzv_util.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define S_PORT_MIN 1
+#define S_PORT_MAX 65535
+
+typedef struct {
+    char *host;
+    char *node;
+} s_member_t;
+
+struct rdzv_assignment {
+    char *group;
+    int64_t epoch;
+    int rank;
+    int world;
+    char *master_addr;
+    int master_port;
+    int *ports;
+    size_t port_count;
+    char *nccl_hex;             /* NULL: the group has no NCCL ID */
+    s_member_t *members;        /* indexed by rank, world entries */
+    char *json;
+};
+
+/* An integral JSON number in [min, max] into *out; false otherwise. */
+static bool s_int_in(const cJSON *item, int64_t min, int64_t max, int64_t *out)
+{
+    if (!cJSON_IsNumber(item))
+        return false;
+    double v = item->valuedouble;
+    if (!isfinite(v) || v != floor(v) || v < (double) min || v > (double) max)
+        return false;
+    *out = (int64_t) v;
+    return true;
+}
+
+static bool s_field_int(const cJSON *obj, const char *key, int64_t min, int64_t max,
+                        int64_t *out)
+{
+    return s_int_in(cJSON_GetObjectItemCaseSensitive(obj, key), min, max, out);
+}
+
+/* A string field that passes valid(); a copy into *out. */
+static bool s_field_str(const cJSON *obj, const char *key, bool (*valid)(const char *),
+                        char **out)
+{
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsString(item) || !valid(item->valuestring))
+        return false;
+    *out = strdup(item->valuestring);
+    return *out != NULL;
+}
+
+static bool s_parse_ports(rdzv_assignment_t *self, const cJSON *obj)
+{
+    const cJSON *ports = cJSON_GetObjectItemCaseSensitive(obj, "ports");
+    int n = cJSON_GetArraySize(ports);
+    if (!cJSON_IsArray(ports) || n <= 0)
+        return false;
+    self->ports = calloc((size_t) n, sizeof *self->ports);
+    if (!self->ports)
+        return false;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, ports) {
+        int64_t port;
+        if (!s_int_in(item, S_PORT_MIN, S_PORT_MAX, &port))
+            return false;
+        self->ports[self->port_count++] = (int) port;
+    }
+    return true;
+}
+
+static bool s_parse_nccl(rdzv_assignment_t *self, const cJSON *obj)
+{
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(obj, "nccl_unique_id");
+    if (cJSON_IsNull(item))
+        return true;
+    unsigned char raw[RDZV_NCCL_ID_BYTES];
+    if (!cJSON_IsString(item)
+        || rdzv_hex_decode(item->valuestring, raw, sizeof raw) != 0)
+        return false;
+    self->nccl_hex = malloc(RDZV_NCCL_ID_HEX + 1);
+    if (!self->nccl_hex)
+        return false;
+    rdzv_hex_encode(raw, sizeof raw, self->nccl_hex);   /* normalised to lowercase */
+    return true;
+}
+
+/* One member per rank, each rank exactly once: the reply comes only after
+ * the whole world joined. */
+static bool s_parse_members(rdzv_assignment_t *self, const cJSON *obj)
+{
+    const cJSON *members = cJSON_GetObjectItemCaseSensitive(obj, "members");
+    if (!cJSON_IsArray(members) || cJSON_GetArraySize(members) != self->world)
+        return false;
+    self->members = calloc((size_t) self->world, sizeof *self->members);
+    if (!self->members)
+        return false;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, members) {
+        int64_t rank;
+        if (!cJSON_IsObject(m) || !s_field_int(m, "rank", 0, self->world - 1, &rank)
+            || self->members[rank].host)
+            return false;
+        s_member_t *slot = &self->members[rank];
+        if (!s_field_str(m, "host", rdzv_text_valid, &slot->host)
+            || !s_field_str(m, "node", rdzv_text_valid, &slot->node))
+            return false;
+    }
+    return true;
+}
+
+static bool s_parse_scalars(rdzv_assignment_t *self, const cJSON *obj)
+{
+    int64_t epoch, rank, world, port;
+    if (!s_field_str(obj, "group", rdzv_name_valid, &self->group)
+        || !s_field_int(obj, "epoch", 1, INT64_MAX / 2, &epoch)
+        || !s_field_int(obj, "world", 1, INT_MAX, &world)
+        || !s_field_int(obj, "rank", 0, world - 1, &rank)
+        || !s_field_str(obj, "master_addr", rdzv_text_valid, &self->master_addr)
+        || !s_field_int(obj, "master_port", S_PORT_MIN, S_PORT_MAX, &port))
+        return false;
+    self->epoch = epoch;
+    self->world = (int) world;
+    self->rank = (int) rank;
+    self->master_port = (int) port;
+    return true;
+}
+
+rdzv_assignment_t *rdzv_assignment_from_cjson(const cJSON *obj)
+{
+    if (!cJSON_IsObject(obj))
+        return NULL;
+    rdzv_assignment_t *self = calloc(1, sizeof *self);
+    if (!self)
+        return NULL;
+    if (!s_parse_scalars(self, obj) || !s_parse_ports(self, obj)
+        || !s_parse_nccl(self, obj) || !s_parse_members(self, obj)
+        || !(self->json = cJSON_PrintUnformatted(obj)))
+        rdzv_assignment_destroy(&self);
+    return self;
+}
+
+RDZV_EXPORT rdzv_assignment_t *rdzv_assignment_from_json(const char *json)
+{
+    if (!json)
+        return NULL;
+    cJSON *root = cJSON_Parse(json);
+    rdzv_assignment_t *self = rdzv_assignment_from_cjson(root);
+    cJSON_Delete(root);
+    return self;
+}
+
+RDZV_EXPORT void rdzv_assignment_destroy(rdzv_assignment_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    rdzv_assignment_t *self = *self_p;
+    if (self->members) {
+        for (int i = 0; i < self->world; i++) {
+            free(self->members[i].host);
+            free(self->members[i].node);
+        }
+    }
+    free(self->members);
+    free(self->group);
+    free(self->master_addr);
+    free(self->ports);
+    free(self->nccl_hex);
+    free(self->json);
+    free(self);
+    *self_p = NULL;
+}
+
+RDZV_EXPORT const char *rdzv_assignment_group(const rdzv_assignment_t *self)
+{
+    return self ? self->group : NULL;
+}
+
+RDZV_EXPORT int64_t rdzv_assignment_epoch(const rdzv_assignment_t *self)
+{
+    return self ? self->epoch : -1;
+}
+
+RDZV_EXPORT int rdzv_assignment_rank(const rdzv_assignment_t *self)
+{
+    return self ? self->rank : -1;
+}
+
+RDZV_EXPORT int rdzv_assignment_world(const rdzv_assignment_t *self)
+{
+    return self ? self->world : -1;
+}
+
+RDZV_EXPORT const char *rdzv_assignment_master_addr(const rdzv_assignment_t *self)
+{
+    return self ? self->master_addr : NULL;
+}
+
+RDZV_EXPORT int rdzv_assignment_master_port(const rdzv_assignment_t *self)
+{
+    return self ? self->master_port : -1;
+}
+
+RDZV_EXPORT size_t rdzv_assignment_port_count(const rdzv_assignment_t *self)
+{
+    return self ? self->port_count : 0;
+}
+
+RDZV_EXPORT int rdzv_assignment_port(const rdzv_assignment_t *self, size_t i)
+{
+    return self && i < self->port_count ? self->ports[i] : -1;
+}
+
+RDZV_EXPORT const char *rdzv_assignment_nccl_id_hex(const rdzv_assignment_t *self)
+{
+    return self ? self->nccl_hex : NULL;
+}
+
+RDZV_EXPORT int rdzv_assignment_nccl_id(const rdzv_assignment_t *self,
+                                        unsigned char out[128])
+{
+    if (!self || !self->nccl_hex || !out)
+        return RDZV_ERR_USAGE;
+    return rdzv_hex_decode(self->nccl_hex, out, RDZV_NCCL_ID_BYTES) == 0
+           ? RDZV_OK : RDZV_ERR_USAGE;
+}
+
+RDZV_EXPORT size_t rdzv_assignment_member_count(const rdzv_assignment_t *self)
+{
+    return self ? (size_t) self->world : 0;
+}
+
+RDZV_EXPORT const char *rdzv_assignment_member_host(const rdzv_assignment_t *self,
+                                                    size_t i)
+{
+    return self && i < (size_t) self->world ? self->members[i].host : NULL;
+}
+
+RDZV_EXPORT const char *rdzv_assignment_member_node(const rdzv_assignment_t *self,
+                                                    size_t i)
+{
+    return self && i < (size_t) self->world ? self->members[i].node : NULL;
+}
+
+RDZV_EXPORT const char *rdzv_assignment_json(const rdzv_assignment_t *self)
+{
+    return self ? self->json : NULL;
+}
+
+/* vLLM's data-parallel variables mirror the torch ones: the DP master is
+ * rank 0, and VLLM_PORT starts vLLM's own port scan inside this rank's plan. */
+static void s_write_env(const rdzv_assignment_t *self, FILE *f)
+{
+    fprintf(f, "RDZV_GROUP=%s\nRDZV_EPOCH=%lld\nRDZV_RANK=%d\nRDZV_WORLD=%d\n",
+            self->group, (long long) self->epoch, self->rank, self->world);
+    fprintf(f, "RDZV_MASTER_ADDR=%s\nRDZV_MASTER_PORT=%d\nRDZV_PORTS=",
+            self->master_addr, self->master_port);
+    for (size_t i = 0; i < self->port_count; i++)
+        fprintf(f, "%s%d", i ? "," : "", self->ports[i]);
+    fprintf(f, "\nRDZV_NCCL_UNIQUE_ID=%s\n", self->nccl_hex ? self->nccl_hex : "");
+    fprintf(f, "MASTER_ADDR=%s\nMASTER_PORT=%d\nRANK=%d\nWORLD_SIZE=%d\n",
+            self->master_addr, self->master_port, self->rank, self->world);
+    fprintf(f, "VLLM_PORT=%d\nVLLM_DP_RANK=%d\nVLLM_DP_SIZE=%d\n",
+            self->ports[0], self->rank, self->world);
+    fprintf(f, "VLLM_DP_MASTER_IP=%s\nVLLM_DP_MASTER_PORT=%d\n",
+            self->master_addr, self->master_port);
+}
+
+RDZV_EXPORT char *rdzv_assignment_env(const rdzv_assignment_t *self)
+{
+    if (!self)
+        return NULL;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return NULL;
+    s_write_env(self, f);
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}

@@ -1,0 +1,54 @@
+/* Shared pieces of the rdzv command line: exit codes, option parsing from
+ * flags and environment, and turning library results into messages. */
+#ifndef RDZV_CLI_H
+#define RDZV_CLI_H
+
+#include "rdzv.h"
+
+#include <getopt.h>
+#include <stdbool.h>
+
+enum {
+    CLI_EXIT_OK = 0,
+    CLI_EXIT_ERROR = 1,     /* local failure */
+    CLI_EXIT_USAGE = 2,     /* bad flags or input */
+    CLI_EXIT_TIMEOUT = 3,
+    CLI_EXIT_REFUSED = 4,   /* the server answered with an error */
+};
+
+/* getopt_long's answer when the option was unknown or lacked its value
+ * (already reported on stderr). */
+#define CLI_OPT_BAD (-2)
+
+/* Command entry points: argv[0] is the command's name ("join"). */
+int cli_join_main(int argc, char **argv);
+int cli_status_main(int argc, char **argv);
+int cli_kv_main(int argc, char **argv);
+int cli_group_main(int argc, char **argv);
+
+/* getopt_long with the errors written as "rdzv CMD: ..."; returns the
+ * option, -1 at the end, or CLI_OPT_BAD. optstring must start with ':'
+ * (after an optional '+'). */
+int cli_getopt(const char *cmd, int argc, char **argv, const char *optstring,
+               const struct option *longopts);
+
+/* flag if given, else the environment variable, else fallback. */
+const char *cli_value(const char *flag, const char *env_name, const char *fallback);
+
+/* Prints "rdzv CMD: <message>" and a hint to --help; returns CLI_EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Parses an integer in [min, max]; what names the flag for the error
+ * ("--world (or RDZV_WORLD)"). Returns 0 or CLI_EXIT_USAGE. */
+int cli_parse_long(const char *cmd, const char *what, const char *text,
+                   long min, long max, long *out);
+/* Parses positive seconds (decimals allowed) into milliseconds. */
+int cli_parse_seconds(const char *cmd, const char *what, const char *text, int *ms_out);
+
+/* A client for server; NULL after printing why (*exit_out set). */
+rdzv_client_t *cli_connect(const char *cmd, const char *server, int *exit_out);
+/* Prints the failure of rc (if any) and returns the exit code for it. */
+int cli_result(const char *cmd, const rdzv_client_t *client, int rc);
+
+#endif

@@ -1,0 +1,106 @@
+/* Helpers every rdzv command uses. */
+#include "cli.h"
+
+#include "rdzv_proto.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int cli_getopt(const char *cmd, int argc, char **argv, const char *optstring,
+               const struct option *longopts)
+{
+    opterr = 0;     /* our own messages name the command */
+    int c = getopt_long(argc, argv, optstring, longopts, NULL);
+    if (c == ':')
+        cli_usage_error(cmd, "option '%s' needs a value", argv[optind - 1]);
+    else if (c == '?' && optopt)
+        cli_usage_error(cmd, "unknown option '-%c'", optopt);
+    else if (c == '?')
+        cli_usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+    return c == ':' || c == '?' ? CLI_OPT_BAD : c;
+}
+
+const char *cli_value(const char *flag, const char *env_name, const char *fallback)
+{
+    if (flag)
+        return flag;
+    const char *env = env_name ? getenv(env_name) : NULL;
+    return env && *env ? env : fallback;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "rdzv %s: ", cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry 'rdzv %s --help'.\n", cmd);
+    return CLI_EXIT_USAGE;
+}
+
+int cli_parse_long(const char *cmd, const char *what, const char *text,
+                   long min, long max, long *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = text ? strtol(text, &end, 10) : 0;
+    if (!text || end == text || *end != '\0' || errno != 0 || v < min || v > max)
+        return cli_usage_error(cmd, "%s must be an integer in %ld..%ld, not '%s'",
+                               what, min, max, text ? text : "");
+    *out = v;
+    return 0;
+}
+
+int cli_parse_seconds(const char *cmd, const char *what, const char *text, int *ms_out)
+{
+    char *end = NULL;
+    errno = 0;
+    double sec = text ? strtod(text, &end) : 0;
+    double max_sec = RDZV_MAX_TIMEOUT_MS / 1000.0;
+    if (!text || end == text || *end != '\0' || errno != 0 || !isfinite(sec)
+        || sec <= 0 || sec > max_sec)
+        return cli_usage_error(cmd, "%s must be seconds in (0, %.0f], not '%s'",
+                               what, max_sec, text ? text : "");
+    long ms = lround(sec * 1000.0);
+    *ms_out = ms < 1 ? 1 : (int) ms;
+    return 0;
+}
+
+rdzv_client_t *cli_connect(const char *cmd, const char *server, int *exit_out)
+{
+    char err[256];
+    rdzv_client_t *client = rdzv_client_new(server, NULL, err, sizeof err);
+    if (client)
+        return client;
+    if (errno == EINVAL) {
+        *exit_out = cli_usage_error(cmd, "--server (or RDZV_SERVER): %s", err);
+    } else {
+        fprintf(stderr, "rdzv %s: %s\n", cmd, err);
+        *exit_out = CLI_EXIT_ERROR;
+    }
+    return NULL;
+}
+
+int cli_result(const char *cmd, const rdzv_client_t *client, int rc)
+{
+    switch (rc) {
+    case RDZV_OK:
+        return CLI_EXIT_OK;
+    case RDZV_ERR_REFUSED:
+        fprintf(stderr, "rdzv: %s: %s\n", rdzv_client_error_code(client),
+                rdzv_client_error(client));
+        return CLI_EXIT_REFUSED;
+    case RDZV_ERR_TIMEOUT:
+        fprintf(stderr, "rdzv %s: timed out: %s\n", cmd, rdzv_client_error(client));
+        return CLI_EXIT_TIMEOUT;
+    case RDZV_ERR_USAGE:
+        return cli_usage_error(cmd, "%s", rdzv_client_error(client));
+    default:
+        fprintf(stderr, "rdzv %s: %s\n", cmd, rdzv_client_error(client));
+        return CLI_EXIT_ERROR;
+    }
+}

@@ -1,0 +1,204 @@
+/* rdzv join: wait for the whole group, then print the assignment or run a
+ * command with it in the environment. */
+#include "cli.h"
+
+#include "rdzv_proto.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define S_CMD "join"
+#define S_EXIT_NOT_FOUND 127     /* the shell's convention for exec failures */
+#define S_EXIT_NOT_EXEC  126
+
+static const char s_usage[] =
+    "Usage: rdzv join --group G --world N --rank R [options] [-- CMD ARGS...]\n"
+    "\n"
+    "Joins group G as rank R of N and blocks until every rank has joined.\n"
+    "Then prints the assignment, or runs CMD with it in the environment.\n"
+    "\n"
+    "  --server EP       rdzvd endpoint (RDZV_SERVER, default " RDZV_DEFAULT_ENDPOINT ")\n"
+    "  --group G         group name (RDZV_GROUP)\n"
+    "  --world N         number of ranks (RDZV_WORLD)\n"
+    "  --rank R          this rank, 0..N-1 (RDZV_RANK)\n"
+    "  --host ADDR       address other ranks reach this one at (RDZV_HOST;\n"
+    "                    default: the local address that routes to the server)\n"
+    "  --node NAME       machine name (RDZV_NODE; default: the hostname)\n"
+    "  --timeout SEC     give up after SEC seconds (default 60)\n"
+    "  --format json|env output: one JSON line (default) or KEY=VALUE lines\n"
+    "  --nccl-id server|none  whether the group gets an NCCL unique id\n"
+    "  -h, --help        this help\n"
+    "\n"
+    "Exit: 0 ok, 2 usage, 3 timeout, 4 refused by the server, 1 other errors;\n"
+    "with CMD, its exit status (127 if it cannot be found).\n";
+
+typedef struct {
+    const char *server, *group, *world, *rank, *host, *node;
+    const char *timeout, *format, *nccl_id;
+    bool help;
+} s_flags_t;
+
+enum { S_SERVER = 256, S_GROUP, S_WORLD, S_RANK, S_HOST, S_NODE, S_TIMEOUT,
+       S_FORMAT, S_NCCL };
+
+static const struct option s_options[] = {
+    { "server", required_argument, NULL, S_SERVER },
+    { "group", required_argument, NULL, S_GROUP },
+    { "world", required_argument, NULL, S_WORLD },
+    { "rank", required_argument, NULL, S_RANK },
+    { "host", required_argument, NULL, S_HOST },
+    { "node", required_argument, NULL, S_NODE },
+    { "timeout", required_argument, NULL, S_TIMEOUT },
+    { "format", required_argument, NULL, S_FORMAT },
+    { "nccl-id", required_argument, NULL, S_NCCL },
+    { "help", no_argument, NULL, 'h' },
+    { NULL, 0, NULL, 0 },
+};
+
+static void s_store(s_flags_t *f, int c, const char *arg)
+{
+    switch (c) {
+    case S_SERVER: f->server = arg; break;
+    case S_GROUP: f->group = arg; break;
+    case S_WORLD: f->world = arg; break;
+    case S_RANK: f->rank = arg; break;
+    case S_HOST: f->host = arg; break;
+    case S_NODE: f->node = arg; break;
+    case S_TIMEOUT: f->timeout = arg; break;
+    case S_FORMAT: f->format = arg; break;
+    case S_NCCL: f->nccl_id = arg; break;
+    default: f->help = true; break;
+    }
+}
+
+/* Flags first ('+': stop at CMD so its own flags stay its own). */
+static int s_parse_flags(int argc, char **argv, s_flags_t *f)
+{
+    int c;
+    while ((c = cli_getopt(S_CMD, argc, argv, "+:h", s_options)) != -1) {
+        if (c == CLI_OPT_BAD)
+            return CLI_EXIT_USAGE;
+        s_store(f, c, optarg);
+    }
+    f->server = cli_value(f->server, "RDZV_SERVER", RDZV_DEFAULT_ENDPOINT);
+    f->group = cli_value(f->group, "RDZV_GROUP", NULL);
+    f->world = cli_value(f->world, "RDZV_WORLD", NULL);
+    f->rank = cli_value(f->rank, "RDZV_RANK", NULL);
+    f->host = cli_value(f->host, "RDZV_HOST", NULL);
+    f->node = cli_value(f->node, "RDZV_NODE", NULL);
+    return 0;
+}
+
+static int s_required(const char *value, const char *flag, const char *env)
+{
+    if (value)
+        return 0;
+    return cli_usage_error(S_CMD, "%s (or %s) is required", flag, env);
+}
+
+/* Flags into join arguments; 0 or CLI_EXIT_USAGE (already reported). */
+static int s_to_args(const s_flags_t *f, rdzv_join_args_t *a, bool *env_format)
+{
+    long world = 0, rank = 0;
+    int rc = s_required(f->group, "--group", "RDZV_GROUP");
+    rc = rc ? rc : s_required(f->world, "--world", "RDZV_WORLD");
+    rc = rc ? rc : s_required(f->rank, "--rank", "RDZV_RANK");
+    rc = rc ? rc : cli_parse_long(S_CMD, "--world (or RDZV_WORLD)", f->world, 1,
+                                  RDZV_DEFAULT_MAX_WORLD, &world);
+    rc = rc ? rc : cli_parse_long(S_CMD, "--rank (or RDZV_RANK)", f->rank, 0,
+                                  world - 1, &rank);
+    if (rc == 0 && f->timeout)
+        rc = cli_parse_seconds(S_CMD, "--timeout", f->timeout, &a->timeout_ms);
+    if (rc)
+        return rc;
+    if (f->format && strcmp(f->format, "json") != 0 && strcmp(f->format, "env") != 0)
+        return cli_usage_error(S_CMD, "--format must be json or env, not '%s'", f->format);
+    if (f->nccl_id && strcmp(f->nccl_id, "server") != 0 && strcmp(f->nccl_id, "none") != 0)
+        return cli_usage_error(S_CMD, "--nccl-id must be server or none, not '%s'",
+                               f->nccl_id);
+    a->group = f->group;
+    a->world = (int) world;
+    a->rank = (int) rank;
+    a->host = f->host;
+    a->node = f->node;
+    a->nccl_id = f->nccl_id;
+    *env_format = f->format && strcmp(f->format, "env") == 0;
+    return 0;
+}
+
+/* Puts every KEY=VALUE line of env into this process's environment. */
+static int s_export(char *env)
+{
+    for (char *line = strtok(env, "\n"); line; line = strtok(NULL, "\n")) {
+        char *eq = strchr(line, '=');
+        if (!eq)
+            continue;
+        *eq = '\0';
+        if (setenv(line, eq + 1, 1) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Replaces this process with argv; returns only on failure, with the exit code. */
+static int s_exec(char *env, char **argv)
+{
+    if (s_export(env) != 0) {
+        fprintf(stderr, "rdzv %s: cannot set the environment: %s\n", S_CMD, strerror(errno));
+        return CLI_EXIT_ERROR;
+    }
+    fflush(NULL);
+    execvp(argv[0], argv);
+    int e = errno;
+    fprintf(stderr, "rdzv %s: cannot run '%s': %s\n", S_CMD, argv[0], strerror(e));
+    return e == ENOENT ? S_EXIT_NOT_FOUND : S_EXIT_NOT_EXEC;
+}
+
+/* What to do with the assignment: print it, or run cmd with it. */
+static int s_deliver(rdzv_assignment_t **asg_p, bool env_format, char **cmd)
+{
+    char *env = rdzv_assignment_env(*asg_p);
+    int rc = CLI_EXIT_OK;
+    if (!env) {
+        fprintf(stderr, "rdzv %s: out of memory\n", S_CMD);
+        rc = CLI_EXIT_ERROR;
+    } else if (cmd) {
+        rdzv_assignment_destroy(asg_p);
+        rc = s_exec(env, cmd);
+    } else if (env_format) {
+        fputs(env, stdout);
+    } else {
+        printf("%s\n", rdzv_assignment_json(*asg_p));
+    }
+    free(env);
+    rdzv_assignment_destroy(asg_p);
+    if (rc == CLI_EXIT_OK && fflush(stdout) != 0)
+        rc = CLI_EXIT_ERROR;
+    return rc;
+}
+
+int cli_join_main(int argc, char **argv)
+{
+    s_flags_t f = { 0 };
+    rdzv_join_args_t args = { 0 };
+    bool env_format = false;
+    int rc = s_parse_flags(argc, argv, &f);
+    if (rc == 0 && f.help) {
+        fputs(s_usage, stdout);
+        return CLI_EXIT_OK;
+    }
+    if (rc != 0 || (rc = s_to_args(&f, &args, &env_format)) != 0)
+        return rc;
+    char **cmd = optind < argc ? argv + optind : NULL;
+    rdzv_client_t *client = cli_connect(S_CMD, f.server, &rc);
+    if (!client)
+        return rc;
+    rdzv_assignment_t *asg = NULL;
+    rc = cli_result(S_CMD, client, rdzv_join(client, &args, &asg));
+    /* Close the socket before exec so CMD inherits no ZeroMQ state. */
+    rdzv_client_destroy(&client);
+    return rc == CLI_EXIT_OK ? s_deliver(&asg, env_format, cmd) : rc;
+}

@@ -1,0 +1,432 @@
+/* The librdzv API: build each request, send it through the transport and
+ * turn the reply into a result, an error code and a one-line reason. */
+#include "rdzv.h"
+
+#include "assignment.h"
+#include "rdzv_private.h"
+#include "rdzv_proto.h"
+#include "rdzv_util.h"
+#include "route.h"
+#include "transport.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct rdzv_client {
+    rdzv_transport_t *transport;
+    char *endpoint;
+    char session[RDZV_MAX_NAME + 1];
+    char err[RDZV_ERR_LEN];
+    char code[RDZV_CODE_LEN];
+    int request_timeout_ms;
+};
+
+static int s_fail(rdzv_client_t *self, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int s_fail(rdzv_client_t *self, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(self->err, sizeof self->err, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+static int s_new_session(char *out)
+{
+    unsigned char raw[RDZV_SESSION_BYTES];
+    if (rdzv_random_bytes(raw, sizeof raw) != 0)
+        return -1;
+    rdzv_hex_encode(raw, sizeof raw, out);
+    return 0;
+}
+
+RDZV_EXPORT rdzv_client_t *rdzv_client_new(const char *endpoint, const char *session,
+                                           char *err, size_t errlen)
+{
+    if (!endpoint)
+        endpoint = RDZV_DEFAULT_ENDPOINT;
+    if (session && !rdzv_text_valid(session)) {
+        rdzv_set_error(err, errlen, "session must be 1..%d printable bytes", RDZV_MAX_NAME);
+        errno = EINVAL;
+        return NULL;
+    }
+    rdzv_client_t *self = calloc(1, sizeof *self);
+    if (!self || !(self->endpoint = strdup(endpoint))) {
+        free(self);
+        rdzv_set_error(err, errlen, "out of memory");
+        errno = ENOMEM;
+        return NULL;
+    }
+    self->request_timeout_ms = RDZV_REQUEST_TIMEOUT_MS;
+    if (session)
+        strcpy(self->session, session);
+    else if (s_new_session(self->session) != 0) {
+        rdzv_set_error(err, errlen, "cannot draw a random session id");
+        rdzv_client_destroy(&self);
+        errno = EIO;
+        return NULL;
+    }
+    self->transport = rdzv_transport_new(endpoint, err, errlen);
+    if (!self->transport) {
+        int saved = errno;
+        rdzv_client_destroy(&self);
+        errno = saved;
+    }
+    return self;
+}
+
+RDZV_EXPORT void rdzv_client_destroy(rdzv_client_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    rdzv_client_t *self = *self_p;
+    rdzv_transport_destroy(&self->transport);
+    free(self->endpoint);
+    free(self);
+    *self_p = NULL;
+}
+
+RDZV_EXPORT const char *rdzv_client_session(const rdzv_client_t *self)
+{
+    return self ? self->session : NULL;
+}
+
+RDZV_EXPORT const char *rdzv_client_error(const rdzv_client_t *self)
+{
+    return self ? self->err : "";
+}
+
+RDZV_EXPORT const char *rdzv_client_error_code(const rdzv_client_t *self)
+{
+    return self ? self->code : "";
+}
+
+RDZV_EXPORT int rdzv_client_set_request_timeout(rdzv_client_t *self, int timeout_ms)
+{
+    if (!self || timeout_ms <= 0 || timeout_ms > RDZV_MAX_TIMEOUT_MS)
+        return RDZV_ERR_USAGE;
+    self->request_timeout_ms = timeout_ms;
+    return RDZV_OK;
+}
+
+/* req, or NULL (and req freed) when building it failed. */
+static cJSON *s_built(cJSON *req, bool ok)
+{
+    if (ok)
+        return req;
+    cJSON_Delete(req);
+    return NULL;
+}
+
+/* A request envelope; NULL only when out of memory. */
+static cJSON *s_request(const char *op)
+{
+    cJSON *req = cJSON_CreateObject();
+    return s_built(req, req && cJSON_AddNumberToObject(req, "v", RDZV_PROTO_VERSION)
+                            && cJSON_AddStringToObject(req, "op", op));
+}
+
+/* A request envelope with "group", and "epoch" when epoch >= 0. */
+static cJSON *s_scoped(const char *op, const char *group, int64_t epoch)
+{
+    cJSON *req = s_request(op);
+    return s_built(req, req && cJSON_AddStringToObject(req, "group", group)
+                            && (epoch < 0
+                                || cJSON_AddNumberToObject(req, "epoch", (double) epoch)));
+}
+
+/* Turns a reply's "error" object into RDZV_ERR_REFUSED (or TIMEOUT when the
+ * server's own deadline passed), keeping code and message. */
+static int s_refused(rdzv_client_t *self, const cJSON *error)
+{
+    const cJSON *code = cJSON_GetObjectItemCaseSensitive(error, "code");
+    const cJSON *msg = cJSON_GetObjectItemCaseSensitive(error, "message");
+    if (!cJSON_IsString(code))
+        return s_fail(self, RDZV_ERR_IO, "malformed error reply from the server");
+    snprintf(self->code, sizeof self->code, "%s", code->valuestring);
+    s_fail(self, 0, "%s", cJSON_IsString(msg) ? msg->valuestring : code->valuestring);
+    return strcmp(code->valuestring, RDZV_E_TIMEOUT) == 0
+           ? RDZV_ERR_TIMEOUT : RDZV_ERR_REFUSED;
+}
+
+/* Sends req (consumed; NULL means building it ran out of memory) and waits
+ * until deadline_ms. On RDZV_OK *reply_out is the reply root, the caller's
+ * to cJSON_Delete. */
+static int s_call(rdzv_client_t *self, cJSON *req, int64_t deadline_ms,
+                  cJSON **reply_out)
+{
+    *reply_out = NULL;
+    if (!req)
+        return s_fail(self, RDZV_ERR_IO, "out of memory");
+    cJSON *reply = NULL;
+    int rc = rdzv_transport_call(self->transport, req, deadline_ms, &reply,
+                                 self->err, sizeof self->err);
+    cJSON_Delete(req);
+    if (rc == RDZV_ERR_TIMEOUT)
+        return s_fail(self, rc, "no reply from %s before the deadline", self->endpoint);
+    if (rc != RDZV_OK)
+        return rc;
+    const cJSON *error = cJSON_GetObjectItemCaseSensitive(reply, "error");
+    if (cJSON_IsObject(error))
+        rc = s_refused(self, error);
+    else if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(reply, "ok")))
+        rc = s_fail(self, RDZV_ERR_IO, "malformed reply from the server");
+    if (rc != RDZV_OK)
+        cJSON_Delete(reply);
+    else
+        *reply_out = reply;
+    return rc;
+}
+
+/* s_call with the client's deadline, for requests that wait on nobody. */
+static int s_call_short(rdzv_client_t *self, cJSON *req, cJSON **reply_out)
+{
+    return s_call(self, req, rdzv_now_ms() + self->request_timeout_ms, reply_out);
+}
+
+/* Resets the last error; every API call starts with it. */
+static int s_begin(rdzv_client_t *self)
+{
+    if (!self)
+        return RDZV_ERR_USAGE;
+    self->err[0] = self->code[0] = '\0';
+    return RDZV_OK;
+}
+
+static int s_check_name(rdzv_client_t *self, const char *what, const char *value)
+{
+    if (rdzv_name_valid(value))
+        return RDZV_OK;
+    return s_fail(self, RDZV_ERR_USAGE,
+                  "%s must be 1..%d printable ASCII bytes without spaces",
+                  what, RDZV_MAX_NAME);
+}
+
+RDZV_EXPORT int rdzv_heartbeat(rdzv_client_t *self, const char *group, int rank,
+                               int64_t epoch, int64_t *epoch_out)
+{
+    int rc = s_begin(self);
+    if (rc == RDZV_OK)
+        rc = s_check_name(self, "group", group);
+    if (rc != RDZV_OK)
+        return rc;
+    if (rank < 0 || epoch < 1)
+        return s_fail(self, RDZV_ERR_USAGE, "rank must be >= 0 and epoch >= 1");
+    cJSON *req = s_scoped("heartbeat", group, epoch);
+    req = s_built(req, req && cJSON_AddNumberToObject(req, "rank", rank)
+                           && cJSON_AddStringToObject(req, "session", self->session));
+    cJSON *reply;
+    rc = s_call_short(self, req, &reply);
+    if (rc != RDZV_OK)
+        return rc;
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(reply, "epoch");
+    if (!cJSON_IsNumber(e))
+        rc = s_fail(self, RDZV_ERR_IO, "heartbeat reply without an epoch");
+    else if (epoch_out)
+        *epoch_out = (int64_t) e->valuedouble;
+    cJSON_Delete(reply);
+    return rc;
+}
+
+/* Copies the string field "value" of a kv reply (consumed) into *value_out. */
+static int s_take_value(rdzv_client_t *self, cJSON *reply, char **value_out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(reply, "value");
+    int rc = RDZV_OK;
+    if (!cJSON_IsString(v))
+        rc = s_fail(self, RDZV_ERR_IO, "kv reply without a string value");
+    else if (!(*value_out = strdup(v->valuestring)))
+        rc = s_fail(self, RDZV_ERR_IO, "out of memory");
+    cJSON_Delete(reply);
+    return rc;
+}
+
+static int s_check_kv(rdzv_client_t *self, const char *group, int64_t epoch,
+                      const char *key)
+{
+    int rc = s_begin(self);
+    if (rc == RDZV_OK)
+        rc = s_check_name(self, "group", group);
+    if (rc == RDZV_OK)
+        rc = s_check_name(self, "key", key);
+    if (rc == RDZV_OK && epoch < 1)
+        rc = s_fail(self, RDZV_ERR_USAGE, "epoch must be >= 1");
+    return rc;
+}
+
+RDZV_EXPORT int rdzv_kv_put(rdzv_client_t *self, const char *group, int64_t epoch,
+                            const char *key, const char *value)
+{
+    int rc = s_check_kv(self, group, epoch, key);
+    if (rc != RDZV_OK)
+        return rc;
+    if (!value || strlen(value) > RDZV_MAX_VALUE)
+        return s_fail(self, RDZV_ERR_USAGE, "value must be at most %d bytes",
+                      RDZV_MAX_VALUE);
+    cJSON *req = s_scoped("kv_put", group, epoch);
+    req = s_built(req, req && cJSON_AddStringToObject(req, "key", key)
+                           && cJSON_AddStringToObject(req, "value", value));
+    cJSON *reply;
+    rc = s_call_short(self, req, &reply);
+    cJSON_Delete(reply);
+    return rc;
+}
+
+RDZV_EXPORT int rdzv_kv_get(rdzv_client_t *self, const char *group, int64_t epoch,
+                            const char *key, char **value_out)
+{
+    int rc = s_check_kv(self, group, epoch, key);
+    if (rc != RDZV_OK)
+        return rc;
+    if (!value_out)
+        return s_fail(self, RDZV_ERR_USAGE, "value_out is NULL");
+    cJSON *req = s_scoped("kv_get", group, epoch);
+    req = s_built(req, req && cJSON_AddStringToObject(req, "key", key));
+    cJSON *reply;
+    rc = s_call_short(self, req, &reply);
+    return rc == RDZV_OK ? s_take_value(self, reply, value_out) : rc;
+}
+
+RDZV_EXPORT int rdzv_kv_wait(rdzv_client_t *self, const char *group, int64_t epoch,
+                             const char *key, int timeout_ms, char **value_out)
+{
+    int rc = s_check_kv(self, group, epoch, key);
+    if (rc != RDZV_OK)
+        return rc;
+    if (!value_out)
+        return s_fail(self, RDZV_ERR_USAGE, "value_out is NULL");
+    if (timeout_ms <= 0)
+        timeout_ms = RDZV_DEFAULT_TIMEOUT_MS;
+    if (timeout_ms > RDZV_MAX_TIMEOUT_MS)
+        return s_fail(self, RDZV_ERR_USAGE, "timeout above %d ms", RDZV_MAX_TIMEOUT_MS);
+    cJSON *req = s_scoped("kv_wait", group, epoch);
+    req = s_built(req, req && cJSON_AddStringToObject(req, "key", key)
+                           && cJSON_AddNumberToObject(req, "timeout_ms", timeout_ms));
+    cJSON *reply;
+    int64_t deadline = rdzv_now_ms() + timeout_ms + RDZV_WAIT_MARGIN_MS;
+    rc = s_call(self, req, deadline, &reply);
+    return rc == RDZV_OK ? s_take_value(self, reply, value_out) : rc;
+}
+
+RDZV_EXPORT int rdzv_status(rdzv_client_t *self, const char *group, char **json_out)
+{
+    int rc = s_begin(self);
+    if (rc == RDZV_OK && group)
+        rc = s_check_name(self, "group", group);
+    if (rc != RDZV_OK)
+        return rc;
+    if (!json_out)
+        return s_fail(self, RDZV_ERR_USAGE, "json_out is NULL");
+    cJSON *req = group ? s_scoped("status", group, -1) : s_request("status");
+    cJSON *reply;
+    rc = s_call_short(self, req, &reply);
+    if (rc != RDZV_OK)
+        return rc;
+    const cJSON *groups = cJSON_GetObjectItemCaseSensitive(reply, "groups");
+    if (!cJSON_IsArray(groups))
+        rc = s_fail(self, RDZV_ERR_IO, "status reply without a groups array");
+    else if (!(*json_out = cJSON_PrintUnformatted(groups)))
+        rc = s_fail(self, RDZV_ERR_IO, "out of memory");
+    cJSON_Delete(reply);
+    return rc;
+}
+
+RDZV_EXPORT int rdzv_group_delete(rdzv_client_t *self, const char *group)
+{
+    int rc = s_begin(self);
+    if (rc == RDZV_OK)
+        rc = s_check_name(self, "group", group);
+    if (rc != RDZV_OK)
+        return rc;
+    cJSON *reply;
+    rc = s_call_short(self, s_scoped("group_delete", group, -1), &reply);
+    cJSON_Delete(reply);
+    return rc;
+}
+
+/* Checks what the caller passed to rdzv_join; RDZV_ERR_USAGE names the field. */
+static int s_check_join(rdzv_client_t *self, const rdzv_join_args_t *a)
+{
+    int rc = s_check_name(self, "group", a->group);
+    if (rc != RDZV_OK)
+        return rc;
+    if (a->world < 1)
+        return s_fail(self, RDZV_ERR_USAGE, "world must be >= 1, not %d", a->world);
+    if (a->rank < 0 || a->rank >= a->world)
+        return s_fail(self, RDZV_ERR_USAGE, "rank %d is outside world %d", a->rank, a->world);
+    if ((a->host && !rdzv_text_valid(a->host)) || (a->node && !rdzv_text_valid(a->node)))
+        return s_fail(self, RDZV_ERR_USAGE, "host and node must be 1..%d printable bytes",
+                      RDZV_MAX_NAME);
+    if (a->timeout_ms > RDZV_MAX_TIMEOUT_MS)
+        return s_fail(self, RDZV_ERR_USAGE, "timeout above %d ms", RDZV_MAX_TIMEOUT_MS);
+    if (a->nccl_id && strcmp(a->nccl_id, "server") != 0 && strcmp(a->nccl_id, "none") != 0)
+        return s_fail(self, RDZV_ERR_USAGE, "nccl_id must be \"server\" or \"none\"");
+    return RDZV_OK;
+}
+
+/* The join request; host and node are already resolved. NULL: no memory. */
+static cJSON *s_join_request(const rdzv_client_t *self, const rdzv_join_args_t *a,
+                             const char *host, const char *node, int timeout_ms)
+{
+    cJSON *req = s_scoped("join", a->group, -1);
+    return s_built(req, req && cJSON_AddNumberToObject(req, "world", a->world)
+                            && cJSON_AddNumberToObject(req, "rank", a->rank)
+                            && cJSON_AddStringToObject(req, "host", host)
+                            && cJSON_AddStringToObject(req, "node", node)
+                            && cJSON_AddStringToObject(req, "session", self->session)
+                            && cJSON_AddNumberToObject(req, "timeout_ms", timeout_ms)
+                            && (!a->nccl_id
+                                || cJSON_AddStringToObject(req, "nccl_id", a->nccl_id)));
+}
+
+/* The reply's assignment, checked to be this rank's of this group. */
+static int s_take_assignment(rdzv_client_t *self, const cJSON *reply,
+                             const rdzv_join_args_t *a, rdzv_assignment_t **out)
+{
+    *out = rdzv_assignment_from_cjson(cJSON_GetObjectItemCaseSensitive(reply, "assignment"));
+    if (!*out)
+        return s_fail(self, RDZV_ERR_IO, "malformed assignment in the join reply");
+    if (rdzv_assignment_rank(*out) != a->rank || rdzv_assignment_world(*out) != a->world
+        || strcmp(rdzv_assignment_group(*out), a->group) != 0) {
+        rdzv_assignment_destroy(out);
+        return s_fail(self, RDZV_ERR_IO, "the join reply is for another rank or group");
+    }
+    return RDZV_OK;
+}
+
+RDZV_EXPORT int rdzv_join(rdzv_client_t *self, const rdzv_join_args_t *args,
+                          rdzv_assignment_t **out)
+{
+    int rc = s_begin(self);
+    if (rc != RDZV_OK || !args || !out)
+        return rc == RDZV_OK ? s_fail(self, RDZV_ERR_USAGE, "args or out is NULL") : rc;
+    *out = NULL;
+    if ((rc = s_check_join(self, args)) != RDZV_OK)
+        return rc;
+    char host[RDZV_MAX_NAME + 1], node[RDZV_MAX_NAME + 1];
+    if (!args->host && rdzv_route_default_host(self->endpoint, host, sizeof host,
+                                               self->err, sizeof self->err) != 0)
+        return RDZV_ERR_IO;
+    if (!args->node && rdzv_route_default_node(node, sizeof node,
+                                               self->err, sizeof self->err) != 0)
+        return RDZV_ERR_IO;
+    int timeout_ms = args->timeout_ms > 0 ? args->timeout_ms : RDZV_DEFAULT_TIMEOUT_MS;
+    cJSON *req = s_join_request(self, args, args->host ? args->host : host,
+                                args->node ? args->node : node, timeout_ms);
+    cJSON *reply;
+    rc = s_call(self, req, rdzv_now_ms() + timeout_ms, &reply);
+    if (rc == RDZV_ERR_TIMEOUT && self->code[0] == '\0')
+        return s_fail(self, rc, "the group was not complete within %d ms "
+                      "(or %s did not answer)", timeout_ms, self->endpoint);
+    if (rc != RDZV_OK)
+        return rc;
+    rc = s_take_assignment(self, reply, args, out);
+    cJSON_Delete(reply);
+    return rc;
+}

@@ -1,0 +1,37 @@
+/* Internal to librdzv: export macro and tuning constants shared by its files. */
+#ifndef RDZV_PRIVATE_H
+#define RDZV_PRIVATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The project builds with -fvisibility=hidden; only API functions carry this. */
+#define RDZV_EXPORT __attribute__((visibility("default")))
+
+/* First resend after 1 s, doubling up to 5 s: fast enough to ride through a
+ * rdzvd restart, slow enough not to flood a busy server. */
+#define RDZV_RESEND_FIRST_MS      1000
+#define RDZV_RESEND_CAP_MS        5000
+#define RDZV_RESEND_JITTER_PCT    20
+
+/* Deadline of a request that does not wait on other ranks (status, kv_get...). */
+#define RDZV_REQUEST_TIMEOUT_MS   10000
+/* kv_wait: the server answers "timeout" at timeout_ms; give its reply time. */
+#define RDZV_WAIT_MARGIN_MS       2000
+
+/* ZeroMQ reconnect backoff while rdzvd is down. */
+#define RDZV_RECONNECT_IVL_MS     100
+#define RDZV_RECONNECT_IVL_MAX_MS 1000
+/* ZMTP heartbeats notice a server host that vanished without closing TCP. */
+#define RDZV_HEARTBEAT_IVL_MS     2000
+#define RDZV_HEARTBEAT_TIMEOUT_MS 6000
+
+#define RDZV_ERR_LEN              256
+#define RDZV_CODE_LEN             64
+#define RDZV_SESSION_BYTES        16
+
+/* Writes a formatted one-line reason into err (if errlen > 0). */
+void rdzv_set_error(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,27 @@
+/* One DEALER socket to rdzvd: send a request, wait for the reply with its id. */
+#ifndef RDZV_TRANSPORT_H
+#define RDZV_TRANSPORT_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct rdzv_transport rdzv_transport_t;
+
+/* Creates a zmq context and a DEALER connected to endpoint. NULL on failure
+ * with the reason in err; errno is EINVAL when the endpoint is malformed. */
+rdzv_transport_t *rdzv_transport_new(const char *endpoint, char *err, size_t errlen);
+void rdzv_transport_destroy(rdzv_transport_t **self_p);
+
+/* Gives req a fresh "id", sends it and waits until deadline_ms (rdzv_now_ms
+ * clock) for the reply carrying that id; resends the same frame with
+ * backoff meanwhile, and drops replies to any other id. On success *reply_out
+ * is the parsed reply object, the caller's to cJSON_Delete. Returns 0,
+ * RDZV_ERR_TIMEOUT or RDZV_ERR_IO; req stays the caller's. */
+int rdzv_transport_call(rdzv_transport_t *self, cJSON *req, int64_t deadline_ms,
+                        cJSON **reply_out, char *err, size_t errlen);
+
+/* How many frames the last call put on the wire (1 + resends); for tests. */
+int rdzv_transport_sends(const rdzv_transport_t *self);
+
+#endif

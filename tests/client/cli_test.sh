@@ -1,0 +1,102 @@
+#!/bin/sh
+# The rdzv command line: usage errors exit 2 and name the flag to fix; the
+# assignment is printed or handed to a command; exit codes 3 and 4.
+# Usage: cli_test.sh RDZV FAKE_RDZVD  (TAP on stdout)
+RDZV=$1
+FAKE=$2
+EP="ipc:///tmp/rdzv-cli-test-$$"
+OUT=$(mktemp)
+ERR=$(mktemp)
+n=0
+failed=0
+
+"$FAKE" "$EP" &
+fake_pid=$!
+trap 'kill "$fake_pid" 2>/dev/null; rm -f "$OUT" "$ERR" "/tmp/rdzv-cli-test-$$"' EXIT
+unset RDZV_SERVER RDZV_GROUP RDZV_WORLD RDZV_RANK RDZV_HOST RDZV_NODE RDZV_EPOCH
+
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+not_ok() { n=$((n + 1)); failed=1; echo "not ok $n - $1"; sed 's/^/# /' "$ERR"; }
+
+# expect CODE DESCRIPTION CMD...: runs CMD, checks its exit status.
+expect() {
+    want=$1; what=$2; shift 2
+    "$@" >"$OUT" 2>"$ERR"
+    got=$?
+    if [ "$got" -eq "$want" ]; then ok "$what"; else echo "# exit $got, want $want"; not_ok "$what"; fi
+}
+# has FILE TEXT DESCRIPTION: the last command's output contains TEXT.
+has() {
+    if grep -qF -- "$2" "$1"; then ok "$3"; else echo "# missing: $2"; cat "$1" | sed 's/^/# /'; not_ok "$3"; fi
+}
+
+J="join --server $EP --group g"
+expect 2 "no command" "$RDZV"
+expect 2 "unknown command" "$RDZV" frobnicate
+expect 0 "--version" "$RDZV" --version
+has "$OUT" "rdzv 0.1.0" "--version prints the version"
+for c in join status kv group; do expect 0 "$c --help" "$RDZV" $c --help; done
+expect 0 "top-level --help" "$RDZV" --help
+expect 2 "join unknown flag" "$RDZV" $J --world 2 --rank 0 --bogus
+has "$ERR" "unknown option '--bogus'" "unknown flag is named"
+expect 2 "join without --world" "$RDZV" $J --rank 0
+has "$ERR" "rdzv join: --world (or RDZV_WORLD) is required" "missing --world is named"
+expect 2 "join without --rank" "$RDZV" $J --world 2
+has "$ERR" "--rank (or RDZV_RANK) is required" "missing --rank is named"
+expect 2 "join without --group" "$RDZV" join --server "$EP" --world 2 --rank 0
+expect 2 "join non-numeric world" "$RDZV" $J --world abc --rank 0
+has "$ERR" "--world (or RDZV_WORLD)" "bad world is named"
+expect 2 "join rank outside world" "$RDZV" $J --world 2 --rank 2
+expect 2 "join negative rank" "$RDZV" $J --world 2 --rank -1
+expect 2 "join bad --format" "$RDZV" $J --world 2 --rank 0 --format xml
+expect 2 "join bad --nccl-id" "$RDZV" $J --world 2 --rank 0 --nccl-id maybe
+expect 2 "join bad --timeout" "$RDZV" $J --world 2 --rank 0 --timeout -1
+expect 2 "join flag without value" "$RDZV" join --group
+expect 2 "join bad endpoint" "$RDZV" join --server bogus://x --group g --world 2 --rank 0
+expect 2 "env RDZV_WORLD non-numeric" env RDZV_WORLD=abc "$RDZV" $J --rank 0
+has "$ERR" "RDZV_WORLD" "bad RDZV_WORLD is named"
+expect 2 "status extra argument" "$RDZV" status --server "$EP" extra
+expect 2 "kv without verb" "$RDZV" kv
+expect 2 "kv unknown verb" "$RDZV" kv frob
+expect 2 "kv put without value" "$RDZV" kv put --server "$EP" --group g --epoch 1 k
+expect 2 "kv get without epoch" "$RDZV" kv get --server "$EP" --group g k
+has "$ERR" "--epoch (or RDZV_EPOCH) is required" "missing epoch is named"
+expect 2 "kv get bad epoch" "$RDZV" kv get --server "$EP" --group g --epoch x k
+expect 2 "group without subcommand" "$RDZV" group
+expect 2 "group delete without group" "$RDZV" group delete --server "$EP"
+expect 2 "agent not built or bad usage" "$RDZV" agent --no-such-flag
+
+expect 0 "join json" "$RDZV" $J --world 2 --rank 1 --host 10.0.0.7 --node n1
+has "$OUT" '"rank":1' "json has the rank"
+has "$OUT" '"master_addr":"10.0.0.7"' "json has the master"
+[ "$(wc -l <"$OUT")" -eq 1 ] && ok "json is one line" || not_ok "json is one line"
+expect 0 "join env" "$RDZV" $J --world 2 --rank 1 --format env
+for line in RDZV_GROUP=g RDZV_EPOCH=1 RDZV_RANK=1 RDZV_WORLD=2 RDZV_MASTER_ADDR=127.0.0.1 \
+        RDZV_MASTER_PORT=20000 RDZV_PORTS=20004,20005,20006,20007 "RDZV_NCCL_UNIQUE_ID=" \
+        MASTER_ADDR=127.0.0.1 MASTER_PORT=20000 RANK=1 WORLD_SIZE=2 VLLM_PORT=20004 \
+        VLLM_DP_RANK=1 VLLM_DP_SIZE=2 VLLM_DP_MASTER_IP=127.0.0.1 VLLM_DP_MASTER_PORT=20000; do
+    if grep -qx -- "$line" "$OUT"; then ok "env line $line"; else not_ok "env line $line"; fi
+done
+expect 0 "join from the environment" env RDZV_SERVER="$EP" RDZV_GROUP=g RDZV_WORLD=abc \
+    RDZV_RANK=0 RDZV_HOST=10.9.9.9 "$RDZV" join --world 3 --host 10.1.1.1 --format env
+has "$OUT" "WORLD_SIZE=3" "--world wins over RDZV_WORLD"
+has "$OUT" "MASTER_ADDR=10.1.1.1" "--host wins over RDZV_HOST"
+expect 0 "join runs a command" "$RDZV" $J --world 2 --rank 1 -- sh -c 'echo "$RANK/$WORLD_SIZE/$VLLM_PORT"'
+has "$OUT" "1/2/20004" "the command sees the assignment"
+expect 7 "join passes the command's status" "$RDZV" $J --world 2 --rank 1 sh -c 'exit 7'
+expect 127 "join with a missing command" "$RDZV" $J --world 2 --rank 1 -- /nonexistent/cmd
+expect 4 "join refused" "$RDZV" join --server "$EP" --group refuse --world 2 --rank 0
+has "$ERR" "rdzv: world_mismatch: group refuse has world 4, not 2" "refusal printed"
+expect 3 "join timeout" "$RDZV" join --server "$EP" --group silent --world 2 --rank 0 --timeout 0.3
+expect 0 "status" "$RDZV" status --server "$EP"
+has "$OUT" '{"groups":[]}' "status prints the groups"
+expect 0 "kv put" "$RDZV" kv put --server "$EP" --group g --epoch 1 k v
+expect 0 "kv get" env RDZV_EPOCH=1 "$RDZV" kv get --server "$EP" --group g k
+has "$OUT" "the value" "kv get prints the value"
+expect 0 "kv wait" "$RDZV" kv wait --server "$EP" --group g --epoch 1 k --timeout 1
+expect 4 "kv get missing" "$RDZV" kv get --server "$EP" --group g --epoch 1 missing
+expect 3 "kv wait timeout" "$RDZV" kv wait --server "$EP" --group silent --epoch 1 k --timeout 0.1
+expect 0 "group delete" "$RDZV" group delete --server "$EP" --group g
+
+echo "1..$n"
+exit $failed
