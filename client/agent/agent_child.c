@@ -1,0 +1,119 @@
+#include "agent_child.h"
+#include "agent_proto.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+extern char **environ;
+
+typedef struct {
+    char **v;
+    size_t n;
+    size_t cap;
+} s_env_t;
+
+static int s_push(s_env_t *env, char *entry)
+{
+    if (!entry)
+        return -1;
+    if (env->n + 2 > env->cap) {
+        size_t cap = env->cap ? 2 * env->cap : 64;
+        char **grown = realloc(env->v, cap * sizeof *grown);
+        if (!grown) {
+            free(entry);
+            return -1;
+        }
+        env->v = grown;
+        env->cap = cap;
+    }
+    env->v[env->n++] = entry;
+    env->v[env->n] = NULL;
+    return 0;
+}
+
+/* "KEY=A" or, with b, "KEY=A:B". */
+static char *s_assign(const char *key, const char *a, const char *b)
+{
+    size_t len = strlen(key) + strlen(a) + (b ? strlen(b) + 1 : 0) + 2;
+    char *out = malloc(len);
+    if (out)
+        snprintf(out, len, "%s=%s%s%s", key, a, b ? ":" : "", b ? b : "");
+    return out;
+}
+
+/* Whether entry ("KEY=...") sets one of the variables the agent sets. */
+static bool s_overridden(const char *entry, const char *assignment_env)
+{
+    size_t klen = strcspn(entry, "=");
+    static const char *const ours[] = { "LD_PRELOAD", RDZV_AGENT_SOCKET_ENV,
+                                        RDZV_PORT_RANGE_ENV };
+    for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++)
+        if (strlen(ours[i]) == klen && strncmp(entry, ours[i], klen) == 0)
+            return true;
+    for (const char *line = assignment_env; *line;) {
+        size_t llen = strcspn(line, "\n");
+        if (llen > klen && line[klen] == '=' && strncmp(line, entry, klen) == 0)
+            return true;
+        line += llen + (line[llen] == '\n');
+    }
+    return false;
+}
+
+static int s_push_assignment(s_env_t *env, const char *assignment_env)
+{
+    for (const char *line = assignment_env; *line;) {
+        size_t llen = strcspn(line, "\n");
+        if (llen > 0 && memchr(line, '=', llen) && s_push(env, strndup(line, llen)) < 0)
+            return -1;
+        line += llen + (line[llen] == '\n');
+    }
+    return 0;
+}
+
+char **rdzv_agent_child_environ(const rdzv_agent_child_env_t *spec)
+{
+    s_env_t env = { 0 };
+    for (char **e = environ; *e; e++)
+        if (!s_overridden(*e, spec->assignment_env) && s_push(&env, strdup(*e)) < 0)
+            goto fail;
+    const char *old = getenv("LD_PRELOAD");
+    char range[32];
+    snprintf(range, sizeof range, "%d-%d", spec->range_base, spec->range_limit);
+    if (s_push_assignment(&env, spec->assignment_env) < 0
+        || s_push(&env, s_assign("LD_PRELOAD", spec->shim_path, old && *old ? old : NULL)) < 0
+        || s_push(&env, s_assign(RDZV_AGENT_SOCKET_ENV, spec->socket_path, NULL)) < 0
+        || s_push(&env, s_assign(RDZV_PORT_RANGE_ENV, range, NULL)) < 0)
+        goto fail;
+    return env.v;
+fail:
+    rdzv_agent_child_environ_free(&env.v);
+    return NULL;
+}
+
+void rdzv_agent_child_environ_free(char ***env_p)
+{
+    if (!env_p || !*env_p)
+        return;
+    for (char **e = *env_p; *e; e++)
+        free(*e);
+    free(*env_p);
+    *env_p = NULL;
+}
+
+pid_t rdzv_agent_child_spawn(char **cmd, char **env)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    execvpe(cmd[0], cmd, env);
+    fprintf(stderr, "rdzv agent: cannot run %s: %s\n", cmd[0], strerror(errno));
+    _exit(127);
+}

@@ -1,0 +1,227 @@
+#include "agent_control.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+struct rdzv_agent_control {
+    rdzv_agent_control_args_t args;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int event_fd;
+    /* guarded by lock */
+    bool stop;
+    bool rejoin;
+    bool busy;                 /* the thread is inside a request */
+    rdzv_assignment_t *fresh;  /* not yet taken by the main thread */
+    int exit_code;             /* != 0: the first join failed */
+    char error[256];
+};
+
+static void s_notify(rdzv_agent_control_t *self)
+{
+    uint64_t one = 1;
+    ssize_t rc = write(self->event_fd, &one, sizeof one);
+    (void) rc;
+}
+
+static void s_publish(rdzv_agent_control_t *self, rdzv_assignment_t **a)
+{
+    pthread_mutex_lock(&self->lock);
+    rdzv_assignment_destroy(&self->fresh);
+    self->fresh = *a;
+    *a = NULL;
+    pthread_mutex_unlock(&self->lock);
+    s_notify(self);
+}
+
+static void s_fail(rdzv_agent_control_t *self, int code, const char *why)
+{
+    pthread_mutex_lock(&self->lock);
+    self->exit_code = code;
+    snprintf(self->error, sizeof self->error, "%s", why);
+    pthread_mutex_unlock(&self->lock);
+    s_notify(self);
+}
+
+/* Waits up to ms; returns false when the thread must stop. */
+static bool s_wait(rdzv_agent_control_t *self, int ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (long) (ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&self->lock);
+    self->busy = false;
+    while (!self->stop && !self->rejoin) {
+        if (pthread_cond_timedwait(&self->wake, &self->lock, &until) == ETIMEDOUT)
+            break;
+    }
+    bool go_on = !self->stop;
+    self->busy = go_on;
+    pthread_mutex_unlock(&self->lock);
+    return go_on;
+}
+
+static bool s_take_rejoin(rdzv_agent_control_t *self)
+{
+    pthread_mutex_lock(&self->lock);
+    bool rejoin = self->rejoin;
+    self->rejoin = false;
+    pthread_mutex_unlock(&self->lock);
+    return rejoin;
+}
+
+/* Joins until it succeeds; only the first join may fail for good. */
+static int64_t s_join(rdzv_agent_control_t *self, rdzv_client_t *client, bool first)
+{
+    for (;;) {
+        rdzv_assignment_t *a = NULL;
+        int rc = rdzv_join(client, &self->args.join, &a);
+        if (rc == RDZV_OK) {
+            int64_t epoch = rdzv_assignment_epoch(a);
+            fprintf(stderr, "rdzv agent: group %s rank %d: epoch %lld\n",
+                    self->args.join.group, self->args.join.rank, (long long) epoch);
+            s_publish(self, &a);
+            return epoch;
+        }
+        if (first && rc != RDZV_ERR_IO) {
+            s_fail(self, rc == RDZV_ERR_TIMEOUT ? 3 : rc == RDZV_ERR_REFUSED ? 4 : 1,
+                   rdzv_client_error(client));
+            return -1;
+        }
+        fprintf(stderr, "rdzv agent: join: %s; retrying\n", rdzv_client_error(client));
+        if (!s_wait(self, self->args.heartbeat_ms))
+            return -1;
+    }
+}
+
+static rdzv_client_t *s_new_client(rdzv_agent_control_t *self)
+{
+    char err[256] = "";
+    rdzv_client_t *client = rdzv_client_new(self->args.endpoint, NULL, err, sizeof err);
+    if (!client)
+        s_fail(self, 1, err);
+    return client;
+}
+
+static void *s_run(void *arg)
+{
+    rdzv_agent_control_t *self = arg;
+    rdzv_client_t *client = s_new_client(self);
+    int64_t epoch = client ? s_join(self, client, true) : -1;
+    while (epoch >= 0 && s_wait(self, self->args.heartbeat_ms)) {
+        if (s_take_rejoin(self)) {
+            rdzv_client_destroy(&client);
+            if (!(client = s_new_client(self)))
+                break;
+            epoch = s_join(self, client, false);
+            continue;
+        }
+        int64_t now = epoch;
+        int rc = rdzv_heartbeat(client, self->args.join.group, self->args.join.rank,
+                                epoch, &now);
+        if (rc == RDZV_ERR_REFUSED
+            && strcmp(rdzv_client_error_code(client), "stale_epoch") == 0) {
+            fprintf(stderr, "rdzv agent: the group left epoch %lld; joining again\n",
+                    (long long) epoch);
+            epoch = s_join(self, client, false);
+        } else if (rc != RDZV_OK) {
+            fprintf(stderr, "rdzv agent: heartbeat: %s\n", rdzv_client_error(client));
+        }
+    }
+    rdzv_client_destroy(&client);
+    return NULL;
+}
+
+rdzv_agent_control_t *rdzv_agent_control_new(const rdzv_agent_control_args_t *args,
+                                             char *err, size_t errlen)
+{
+    rdzv_agent_control_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    self->args = *args;
+    self->busy = true;
+    self->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&self->wake, &attr);
+    pthread_condattr_destroy(&attr);
+    pthread_mutex_init(&self->lock, NULL);
+    if (self->event_fd < 0 || pthread_create(&self->thread, NULL, s_run, self) != 0) {
+        snprintf(err, errlen, "cannot start the rdzvd thread: %s", strerror(errno));
+        if (self->event_fd >= 0)
+            close(self->event_fd);
+        pthread_cond_destroy(&self->wake);
+        pthread_mutex_destroy(&self->lock);
+        free(self);
+        return NULL;
+    }
+    return self;
+}
+
+void rdzv_agent_control_destroy(rdzv_agent_control_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    rdzv_agent_control_t *self = *self_p;
+    *self_p = NULL;
+    pthread_mutex_lock(&self->lock);
+    self->stop = true;
+    bool busy = self->busy;
+    pthread_cond_signal(&self->wake);
+    pthread_mutex_unlock(&self->lock);
+    if (busy) {
+        /* Blocked in a request to rdzvd: the process exit ends it. */
+        pthread_detach(self->thread);
+        return;
+    }
+    pthread_join(self->thread, NULL);
+    rdzv_assignment_destroy(&self->fresh);
+    close(self->event_fd);
+    pthread_cond_destroy(&self->wake);
+    pthread_mutex_destroy(&self->lock);
+    free(self);
+}
+
+int rdzv_agent_control_fd(const rdzv_agent_control_t *self)
+{
+    return self->event_fd;
+}
+
+rdzv_assignment_t *rdzv_agent_control_take(rdzv_agent_control_t *self,
+                                           int *exit_code, char *err, size_t errlen)
+{
+    uint64_t count;
+    ssize_t rc = read(self->event_fd, &count, sizeof count);
+    (void) rc;
+    pthread_mutex_lock(&self->lock);
+    rdzv_assignment_t *a = self->fresh;
+    self->fresh = NULL;
+    *exit_code = self->exit_code;
+    if (self->exit_code)
+        snprintf(err, errlen, "%s", self->error);
+    pthread_mutex_unlock(&self->lock);
+    return a;
+}
+
+void rdzv_agent_control_rejoin(rdzv_agent_control_t *self)
+{
+    pthread_mutex_lock(&self->lock);
+    self->rejoin = true;
+    pthread_cond_signal(&self->wake);
+    pthread_mutex_unlock(&self->lock);
+}

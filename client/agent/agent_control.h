@@ -1,0 +1,40 @@
+/* The agent's conversation with rdzvd, on a thread of its own so that a
+ * slow or restarting rdzvd never stalls the shims: the first join, a
+ * heartbeat every interval, a resume-join when the group moved to a new
+ * epoch (stale_epoch), and a join with a new session when the engine was
+ * replaced. Each new assignment is handed to the main thread through a
+ * descriptor that becomes readable. */
+#ifndef RDZV_AGENT_CONTROL_H
+#define RDZV_AGENT_CONTROL_H
+
+#include "rdzv.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct rdzv_agent_control rdzv_agent_control_t;
+
+typedef struct {
+    const char *endpoint;
+    rdzv_join_args_t join;     /* strings must outlive the control */
+    int heartbeat_ms;
+} rdzv_agent_control_args_t;
+
+/* Starts the thread, which joins at once. NULL on failure (reason in err). */
+rdzv_agent_control_t *rdzv_agent_control_new(const rdzv_agent_control_args_t *args,
+                                             char *err, size_t errlen);
+/* Stops the thread if it is idle; a thread blocked in a request is left
+ * to end with the process. */
+void rdzv_agent_control_destroy(rdzv_agent_control_t **self_p);
+
+/* Readable when an assignment or a fatal error is waiting. */
+int rdzv_agent_control_fd(const rdzv_agent_control_t *self);
+/* The newest assignment, owned by the caller, or NULL. A fatal failure of
+ * the first join: NULL, *exit_code set (3 timeout, 4 refused, 1 other) and
+ * the reason in err. */
+rdzv_assignment_t *rdzv_agent_control_take(rdzv_agent_control_t *self,
+                                           int *exit_code, char *err, size_t errlen);
+/* The engine was replaced: join again with a new session id. */
+void rdzv_agent_control_rejoin(rdzv_agent_control_t *self);
+
+#endif

@@ -1,0 +1,321 @@
+#include "agent.h"
+#include "agent_child.h"
+#include "agent_control.h"
+#include "agent_lease.h"
+#include "agent_opts.h"
+#include "agent_proto.h"
+#include "agent_reserve.h"
+#include "agent_serve.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define AGENT_MAX_POLL (RDZV_AGENT_MAX_CONNS + 3)
+
+typedef struct {
+    rdzv_agent_opts_t opts;
+    int sig_fd;
+    rdzv_agent_control_t *control;
+    rdzv_agent_serve_t *serve;
+    int *reservations;         /* one per plan port */
+    int *plan;
+    size_t nplan;
+    int range_base;
+    int range_limit;
+    char *env_path;
+    pid_t child;
+    bool done;
+    int exit_code;
+} s_agent_t;
+
+static void s_fatal(s_agent_t *self, int code, const char *why)
+{
+    fprintf(stderr, "rdzv agent: %s\n", why);
+    self->done = true;
+    self->exit_code = code;
+}
+
+/* The managed range: "port_range":[base,limit] in the assignment when rdzvd
+ * sends it, the agent's option otherwise. */
+static void s_read_range(s_agent_t *self, const rdzv_assignment_t *a)
+{
+    self->range_base = self->opts.range_base;
+    self->range_limit = self->opts.range_limit;
+    cJSON *root = cJSON_Parse(rdzv_assignment_json(a));
+    cJSON *range = cJSON_GetObjectItemCaseSensitive(root, "port_range");
+    if (cJSON_IsArray(range) && cJSON_GetArraySize(range) == 2) {
+        cJSON *b = cJSON_GetArrayItem(range, 0), *l = cJSON_GetArrayItem(range, 1);
+        if (cJSON_IsNumber(b) && cJSON_IsNumber(l) && b->valuedouble >= 1
+            && l->valuedouble <= 65536 && b->valuedouble < l->valuedouble) {
+            self->range_base = (int) b->valuedouble;
+            self->range_limit = (int) l->valuedouble;
+        }
+    }
+    cJSON_Delete(root);
+}
+
+static int s_write_env_file(s_agent_t *self, const rdzv_assignment_t *a)
+{
+    char *text = rdzv_assignment_env(a);
+    size_t len = strlen(self->env_path) + 16;
+    char *tmp = malloc(len);
+    if (!text || !tmp) {
+        free(text);
+        free(tmp);
+        return -1;
+    }
+    snprintf(tmp, len, "%s.%d.tmp", self->env_path, (int) getpid());
+    FILE *f = fopen(tmp, "w");
+    int rc = -1;
+    if (f) {
+        fchmod(fileno(f), self->opts.n_allow_uids > 0 ? 0644 : 0600);
+        bool ok = fputs(text, f) >= 0;
+        ok = (fclose(f) == 0) && ok;
+        rc = ok && rename(tmp, self->env_path) == 0 ? 0 : -1;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "rdzv agent: cannot write %s: %s\n", self->env_path, strerror(errno));
+        unlink(tmp);
+    }
+    free(tmp);
+    free(text);
+    return rc;
+}
+
+static int s_reserve_plan(s_agent_t *self, const rdzv_assignment_t *a)
+{
+    self->nplan = rdzv_assignment_port_count(a);
+    self->plan = calloc(self->nplan + 1, sizeof(int));
+    self->reservations = calloc(self->nplan + 1, sizeof(int));
+    if (!self->plan || !self->reservations)
+        return s_fatal(self, 1, "out of memory"), -1;
+    for (size_t i = 0; i < self->nplan; i++) {
+        self->reservations[i] = -1;
+        self->plan[i] = rdzv_assignment_port(a, i);
+    }
+    for (size_t i = 0; i < self->nplan; i++) {
+        char err[256];
+        self->reservations[i] = rdzv_reserve_port(self->plan[i], err, sizeof err);
+        if (self->reservations[i] < 0)
+            return s_fatal(self, 1, err), -1;
+    }
+    return 0;
+}
+
+static const char *s_shim_path(const rdzv_agent_opts_t *opts)
+{
+    if (opts->shim_path && *opts->shim_path)
+        return opts->shim_path;
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    size_t root = strlen(RDZV_BUILD_ROOT);
+    if (n > 0 && (size_t) n > root && strncmp(exe, RDZV_BUILD_ROOT "/", root + 1) == 0)
+        return RDZV_SHIM_BUILD_PATH;
+    return RDZV_SHIM_INSTALL_PATH;
+}
+
+static void s_start_child(s_agent_t *self, const rdzv_assignment_t *a)
+{
+    char *text = rdzv_assignment_env(a);
+    rdzv_agent_child_env_t spec = {
+        .assignment_env = text ? text : "", .shim_path = s_shim_path(&self->opts),
+        .socket_path = self->opts.socket_path,
+        .range_base = self->range_base, .range_limit = self->range_limit };
+    char **env = rdzv_agent_child_environ(&spec);
+    free(text);
+    if (!env)
+        { s_fatal(self, 1, "out of memory"); return; }
+    self->child = rdzv_agent_child_spawn(self->opts.cmd, env);
+    rdzv_agent_child_environ_free(&env);
+    if (self->child < 0)
+        s_fatal(self, 1, "cannot fork");
+}
+
+/* The first assignment: reserve, write PATH.env, open the socket, start CMD. */
+static void s_start(s_agent_t *self, const rdzv_assignment_t *a)
+{
+    s_read_range(self, a);
+    if (s_reserve_plan(self, a) < 0)
+        return;
+    rdzv_lease_t *lease = rdzv_lease_new(self->range_base, self->range_limit,
+                                         self->plan, self->nplan);
+    if (!lease)
+        { s_fatal(self, 1, "the plan lies outside the managed range (see --port-range)"); return; }
+    if (s_write_env_file(self, a) < 0) {
+        rdzv_lease_destroy(&lease);
+        { s_fatal(self, 1, "cannot write the env file"); return; }
+    }
+    char err[256];
+    rdzv_agent_serve_args_t args = {
+        .path = self->opts.socket_path, .allow_uids = self->opts.allow_uids,
+        .n_allow_uids = self->opts.n_allow_uids, .reset_when_idle = !self->opts.cmd,
+        .epoch = rdzv_assignment_epoch(a) };
+    self->serve = rdzv_agent_serve_new(&args, &lease, err, sizeof err);
+    rdzv_lease_destroy(&lease);
+    if (!self->serve)
+        { s_fatal(self, 1, err); return; }
+    fprintf(stderr, "rdzv agent: serving %s, ports %d..%d reserved\n", self->opts.socket_path,
+            self->nplan ? self->plan[0] : 0, self->nplan ? self->plan[self->nplan - 1] : 0);
+    if (self->opts.cmd)
+        s_start_child(self, a);
+}
+
+static void s_update(s_agent_t *self, const rdzv_assignment_t *a)
+{
+    bool same = rdzv_assignment_port_count(a) == self->nplan;
+    for (size_t i = 0; same && i < self->nplan; i++)
+        same = rdzv_assignment_port(a, i) == self->plan[i];
+    if (!same)
+        fprintf(stderr, "rdzv agent: rdzvd sent another port plan; keeping the reserved one\n");
+    rdzv_agent_serve_set_epoch(self->serve, rdzv_assignment_epoch(a));
+    s_write_env_file(self, a);
+}
+
+static void s_on_control(s_agent_t *self)
+{
+    int code = 0;
+    char err[256] = "";
+    rdzv_assignment_t *a = rdzv_agent_control_take(self->control, &code, err, sizeof err);
+    if (code)
+        { s_fatal(self, code, err); return; }
+    if (!a)
+        return;
+    if (!self->serve)
+        s_start(self, a);
+    else
+        s_update(self, a);
+    rdzv_assignment_destroy(&a);
+}
+
+static void s_on_signal(s_agent_t *self)
+{
+    struct signalfd_siginfo si;
+    while (read(self->sig_fd, &si, sizeof si) == (ssize_t) sizeof si) {
+        int sig = (int) si.ssi_signo;
+        if (sig == SIGCHLD) {
+            int status;
+            if (self->child > 0 && waitpid(self->child, &status, WNOHANG) == self->child) {
+                self->child = 0;
+                self->done = true;
+                self->exit_code = WIFEXITED(status) ? WEXITSTATUS(status)
+                                                     : 128 + WTERMSIG(status);
+            }
+        } else if (self->child > 0) {
+            kill(self->child, sig);
+        } else {
+            self->done = true;
+            self->exit_code = self->opts.cmd ? 128 + sig : 0;
+        }
+    }
+}
+
+static void s_loop(s_agent_t *self)
+{
+    struct pollfd pfd[AGENT_MAX_POLL];
+    while (!self->done) {
+        pfd[0] = (struct pollfd) { .fd = self->sig_fd, .events = POLLIN };
+        pfd[1] = (struct pollfd) { .fd = rdzv_agent_control_fd(self->control), .events = POLLIN };
+        size_t n = 2;
+        if (self->serve)
+            n += rdzv_agent_serve_pollfds(self->serve, pfd + n, AGENT_MAX_POLL - n);
+        if (poll(pfd, n, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            { s_fatal(self, 1, "poll failed"); return; }
+        }
+        if (pfd[0].revents)
+            s_on_signal(self);
+        if (pfd[1].revents)
+            s_on_control(self);
+        if (self->serve && n > 2) {
+            rdzv_agent_serve_handle(self->serve, pfd + 2, n - 2);
+            if (rdzv_agent_serve_take_engine_gone(self->serve)) {
+                fprintf(stderr, "rdzv agent: the engine has gone; its ports return to the plan\n");
+                rdzv_agent_control_rejoin(self->control);
+            }
+        }
+    }
+}
+
+static void s_cleanup(s_agent_t *self)
+{
+    rdzv_agent_serve_destroy(&self->serve);
+    if (self->env_path)
+        unlink(self->env_path);
+    for (size_t i = 0; self->reservations && i < self->nplan; i++)
+        if (self->reservations[i] >= 0)
+            close(self->reservations[i]);
+    free(self->reservations);
+    free(self->plan);
+    free(self->env_path);
+    rdzv_agent_control_destroy(&self->control);
+    if (self->sig_fd >= 0)
+        close(self->sig_fd);
+}
+
+static int s_init(s_agent_t *self)
+{
+    size_t len = strlen(self->opts.socket_path) + sizeof RDZV_AGENT_ENV_SUFFIX;
+    self->env_path = malloc(len);
+    if (!self->env_path)
+        return -1;
+    snprintf(self->env_path, len, "%s%s", self->opts.socket_path, RDZV_AGENT_ENV_SUFFIX);
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGTERM);
+    sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGCHLD);
+    /* Blocked before the rdzvd thread starts, so that only signalfd sees them. */
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    self->sig_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (self->sig_fd < 0)
+        return -1;
+    char err[256];
+    rdzv_agent_control_args_t args = {
+        .endpoint = self->opts.server,
+        .join = { .group = self->opts.group, .world = self->opts.world,
+                  .rank = self->opts.rank, .host = self->opts.host, .node = self->opts.node,
+                  .timeout_ms = self->opts.timeout_s * 1000 },
+        .heartbeat_ms = self->opts.heartbeat_s * 1000 };
+    self->control = rdzv_agent_control_new(&args, err, sizeof err);
+    if (!self->control) {
+        fprintf(stderr, "rdzv agent: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+int rdzv_agent_main(int argc, char **argv)
+{
+    s_agent_t self = { .sig_fd = -1 };
+    char err[256];
+    if (rdzv_agent_opts_parse(&self.opts, argc, argv, err, sizeof err) < 0) {
+        fprintf(stderr, "rdzv agent: %s\n", err);
+        return 2;
+    }
+    if (self.opts.help) {
+        rdzv_agent_opts_usage();
+        return 0;
+    }
+    if (s_init(&self) < 0) {
+        s_cleanup(&self);
+        return 1;
+    }
+    s_loop(&self);
+    if (self.child > 0) {
+        kill(self.child, SIGTERM);
+        waitpid(self.child, NULL, 0);
+    }
+    s_cleanup(&self);
+    return self.exit_code;
+}

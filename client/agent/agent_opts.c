@@ -1,0 +1,177 @@
+#include "agent_opts.h"
+#include "agent_proto.h"
+#include "rdzv_proto.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { OPT_SHIM = 256, OPT_PORT_RANGE, OPT_ALLOW_UID, OPT_HEARTBEAT };
+
+static const struct option s_options[] = {
+    { "server", required_argument, NULL, 's' },
+    { "group", required_argument, NULL, 'g' },
+    { "world", required_argument, NULL, 'w' },
+    { "rank", required_argument, NULL, 'r' },
+    { "host", required_argument, NULL, 'H' },
+    { "node", required_argument, NULL, 'n' },
+    { "socket", required_argument, NULL, 'S' },
+    { "timeout", required_argument, NULL, 't' },
+    { "shim", required_argument, NULL, OPT_SHIM },
+    { "port-range", required_argument, NULL, OPT_PORT_RANGE },
+    { "allow-uid", required_argument, NULL, OPT_ALLOW_UID },
+    { "heartbeat", required_argument, NULL, OPT_HEARTBEAT },
+    { "help", no_argument, NULL, 'h' },
+    { NULL, 0, NULL, 0 },
+};
+
+void rdzv_agent_opts_usage(void)
+{
+    printf("usage: rdzv agent --server EP --group G --world N --rank R\n"
+           "                  [--host ADDR] [--node NAME] --socket PATH [--timeout SEC]\n"
+           "                  [--heartbeat SEC] [--port-range BASE-LIMIT] [--shim PATH]\n"
+           "                  [--allow-uid UID]... [-- CMD ARGS...]\n"
+           "Joins the group, keeps this rank's ports reserved and serves them to the\n"
+           "LD_PRELOAD shim over the unix socket PATH (PATH.env holds the assignment).\n"
+           "Environment: RDZV_SERVER RDZV_GROUP RDZV_WORLD RDZV_RANK RDZV_HOST RDZV_NODE\n"
+           "RDZV_AGENT_SOCKET RDZV_PORT_RANGE (default %d-%d) RDZV_SHIM.\n",
+           RDZV_DEFAULT_PORT_BASE, RDZV_DEFAULT_PORT_LIMIT);
+}
+
+static int s_parse_int(const char *text, long lo, long hi, int *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end != '\0' || v < lo || v > hi)
+        return -1;
+    *out = (int) v;
+    return 0;
+}
+
+int rdzv_agent_parse_range(const char *text, int *base, int *limit)
+{
+    char buf[32];
+    if (!text || strlen(text) >= sizeof buf)
+        return -1;
+    strcpy(buf, text);
+    char *dash = strchr(buf, '-');
+    if (!dash)
+        return -1;
+    *dash = '\0';
+    if (s_parse_int(buf, 1, 65535, base) < 0 || s_parse_int(dash + 1, 2, 65536, limit) < 0
+        || *base >= *limit)
+        return -1;
+    return 0;
+}
+
+static void s_defaults(rdzv_agent_opts_t *o)
+{
+    memset(o, 0, sizeof *o);
+    o->server = getenv("RDZV_SERVER");
+    o->group = getenv("RDZV_GROUP");
+    o->host = getenv("RDZV_HOST");
+    o->node = getenv("RDZV_NODE");
+    o->socket_path = getenv(RDZV_AGENT_SOCKET_ENV);
+    o->shim_path = getenv(RDZV_SHIM_ENV);
+    o->world = -1;
+    o->rank = -1;
+    o->heartbeat_s = RDZV_AGENT_DEFAULT_HEARTBEAT_S;
+    o->range_base = RDZV_DEFAULT_PORT_BASE;
+    o->range_limit = RDZV_DEFAULT_PORT_LIMIT;
+}
+
+static int s_env_overrides(rdzv_agent_opts_t *o, char *err, size_t errlen)
+{
+    const char *v;
+    if ((v = getenv("RDZV_WORLD")) && *v && s_parse_int(v, 1, INT_MAX, &o->world) < 0)
+        return snprintf(err, errlen, "bad RDZV_WORLD: %s", v), -1;
+    if ((v = getenv("RDZV_RANK")) && *v && s_parse_int(v, 0, INT_MAX, &o->rank) < 0)
+        return snprintf(err, errlen, "bad RDZV_RANK: %s", v), -1;
+    if ((v = getenv(RDZV_PORT_RANGE_ENV)) && *v
+        && rdzv_agent_parse_range(v, &o->range_base, &o->range_limit) < 0)
+        return snprintf(err, errlen, "bad %s: %s", RDZV_PORT_RANGE_ENV, v), -1;
+    return 0;
+}
+
+static int s_option(rdzv_agent_opts_t *o, int c, const char *arg, char *err, size_t errlen)
+{
+    int uid = 0;
+    switch (c) {
+    case 's': o->server = arg; return 0;
+    case 'g': o->group = arg; return 0;
+    case 'H': o->host = arg; return 0;
+    case 'n': o->node = arg; return 0;
+    case 'S': o->socket_path = arg; return 0;
+    case OPT_SHIM: o->shim_path = arg; return 0;
+    case 'h': o->help = true; return 0;
+    case 'w':
+        if (s_parse_int(arg, 1, INT_MAX, &o->world) == 0)
+            return 0;
+        break;
+    case 'r':
+        if (s_parse_int(arg, 0, INT_MAX, &o->rank) == 0)
+            return 0;
+        break;
+    case 't':
+        if (s_parse_int(arg, 1, RDZV_MAX_TIMEOUT_MS / 1000, &o->timeout_s) == 0)
+            return 0;
+        break;
+    case OPT_HEARTBEAT:
+        if (s_parse_int(arg, 1, 3600, &o->heartbeat_s) == 0)
+            return 0;
+        break;
+    case OPT_PORT_RANGE:
+        if (rdzv_agent_parse_range(arg, &o->range_base, &o->range_limit) == 0)
+            return 0;
+        break;
+    case OPT_ALLOW_UID:
+        if (o->n_allow_uids < RDZV_AGENT_MAX_ALLOW_UIDS
+            && s_parse_int(arg, 0, INT_MAX, &uid) == 0) {
+            o->allow_uids[o->n_allow_uids++] = (uid_t) uid;
+            return 0;
+        }
+        break;
+    default:
+        snprintf(err, errlen, "unknown option (see rdzv agent --help)");
+        return -1;
+    }
+    snprintf(err, errlen, "bad value for an option: %s", arg);
+    return -1;
+}
+
+static int s_check(const rdzv_agent_opts_t *o, char *err, size_t errlen)
+{
+    if (!o->group || !o->socket_path || o->world < 1 || o->rank < 0)
+        return snprintf(err, errlen, "--group, --world, --rank and --socket are required"), -1;
+    if (o->rank >= o->world)
+        return snprintf(err, errlen, "rank %d is outside world %d", o->rank, o->world), -1;
+    if (!*o->socket_path)
+        return snprintf(err, errlen, "--socket is empty"), -1;
+    return 0;
+}
+
+int rdzv_agent_opts_parse(rdzv_agent_opts_t *opts, int argc, char **argv,
+                          char *err, size_t errlen)
+{
+    s_defaults(opts);
+    if (s_env_overrides(opts, err, errlen) < 0)
+        return -1;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "+h", s_options, NULL)) != -1) {
+        if (s_option(opts, c, optarg, err, errlen) < 0)
+            return -1;
+    }
+    if (optind < argc)
+        opts->cmd = &argv[optind];
+    if (opts->help)
+        return 0;
+    if (!opts->server)
+        opts->server = RDZV_DEFAULT_ENDPOINT;
+    return s_check(opts, err, errlen);
+}

@@ -1,0 +1,39 @@
+/* Options of `rdzv agent`, from the command line and the environment. */
+#ifndef RDZV_AGENT_OPTS_H
+#define RDZV_AGENT_OPTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#define RDZV_AGENT_MAX_ALLOW_UIDS 16
+#define RDZV_AGENT_DEFAULT_HEARTBEAT_S 5
+
+typedef struct {
+    const char *server;
+    const char *group;
+    int world;
+    int rank;
+    const char *host;
+    const char *node;
+    const char *socket_path;
+    const char *shim_path;     /* NULL: the built or installed librdzv_shim.so */
+    int timeout_s;             /* first join; 0: librdzv's default */
+    int heartbeat_s;
+    int range_base;
+    int range_limit;
+    uid_t allow_uids[RDZV_AGENT_MAX_ALLOW_UIDS];
+    size_t n_allow_uids;
+    char **cmd;                /* NULL-terminated, NULL without `-- CMD` */
+    bool help;
+} rdzv_agent_opts_t;
+
+/* Fills opts from argv (argv[0] is "agent") and the environment; returns 0,
+ * or -1 with the reason in err. */
+int rdzv_agent_opts_parse(rdzv_agent_opts_t *opts, int argc, char **argv,
+                          char *err, size_t errlen);
+/* Parses "BASE-LIMIT"; returns 0 or -1. */
+int rdzv_agent_parse_range(const char *text, int *base, int *limit);
+void rdzv_agent_opts_usage(void);
+
+#endif

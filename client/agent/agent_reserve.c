@@ -1,0 +1,87 @@
+#include "agent_reserve.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static int s_reuseport_socket(int family)
+{
+    int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, IPPROTO_TCP);
+    if (fd < 0)
+        return -errno;
+    int on = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof on) < 0) {
+        int err = errno;
+        close(fd);
+        return -err;
+    }
+    return fd;
+}
+
+static int s_bind_v6(int port, int v6only)
+{
+    int fd = s_reuseport_socket(AF_INET6);
+    if (fd < 0)
+        return fd;
+    struct sockaddr_in6 sin6 = { .sin6_family = AF_INET6, .sin6_port = htons((uint16_t) port),
+                                 .sin6_addr = IN6ADDR_ANY_INIT };
+    if (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof v6only) < 0
+        || bind(fd, (struct sockaddr *) &sin6, sizeof sin6) < 0) {
+        int err = errno;
+        close(fd);
+        return -err;
+    }
+    return fd;
+}
+
+static int s_bind_v4(int port)
+{
+    int fd = s_reuseport_socket(AF_INET);
+    if (fd < 0)
+        return fd;
+    struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port),
+                               .sin_addr.s_addr = htonl(INADDR_ANY) };
+    if (bind(fd, (struct sockaddr *) &sin, sizeof sin) < 0) {
+        int err = errno;
+        close(fd);
+        return -err;
+    }
+    return fd;
+}
+
+int rdzv_reserve_port(int port, char *err, size_t errlen)
+{
+    int fd = s_bind_v6(port, 0);
+    /* No IPv6 in this network namespace: 0.0.0.0 covers every address there is. */
+    if (fd == -EAFNOSUPPORT || fd == -EADDRNOTAVAIL || fd == -EPROTONOSUPPORT)
+        fd = s_bind_v4(port);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot reserve port %d: %s", port, strerror(-fd));
+        return -1;
+    }
+    return fd;
+}
+
+int rdzv_reserve_handover(const struct sockaddr *addr, socklen_t addrlen,
+                          bool v6only)
+{
+    int family = addr->sa_family;
+    if ((family == AF_INET && addrlen < sizeof(struct sockaddr_in))
+        || (family == AF_INET6 && addrlen < sizeof(struct sockaddr_in6))
+        || (family != AF_INET && family != AF_INET6))
+        return -EINVAL;
+    int fd = s_reuseport_socket(family);
+    if (fd < 0)
+        return fd;
+    int flag = v6only ? 1 : 0;
+    if ((family == AF_INET6
+         && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &flag, sizeof flag) < 0)
+        || bind(fd, addr, addrlen) < 0) {
+        int err = errno;
+        close(fd);
+        return -err;
+    }
+    return fd;
+}

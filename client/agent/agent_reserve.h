@@ -1,0 +1,23 @@
+/* Sockets the agent binds: reservations that hold the plan's ports, and
+ * the sockets it hands over to the engine's binds. Both set SO_REUSEPORT
+ * and never SO_REUSEADDR, so only sockets of the agent's own uid can ever
+ * bind beside a reservation (docs/agent.md). */
+#ifndef RDZV_AGENT_RESERVE_H
+#define RDZV_AGENT_RESERVE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/socket.h>
+
+/* Binds port on [::] with IPV6_V6ONLY off (both families), or on 0.0.0.0
+ * where IPv6 is unavailable; bound, not listening. Returns the descriptor
+ * or -1 with the reason in err. */
+int rdzv_reserve_port(int port, char *err, size_t errlen);
+
+/* A TCP socket of addr's family bound to addr, with IPV6_V6ONLY as given
+ * (AF_INET6 only), next to the reservation. Returns the descriptor, or a
+ * negative errno value (what the caller's bind() should fail with). */
+int rdzv_reserve_handover(const struct sockaddr *addr, socklen_t addrlen,
+                          bool v6only);
+
+#endif

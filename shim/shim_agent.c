@@ -1,0 +1,247 @@
+#include "shim_agent.h"
+#include "shim_rules.h"
+#include "shim_syms.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define SHIM_MAX_TRACKED 256
+
+typedef enum { S_UNKNOWN = 0, S_CONNECTED, S_OFF } s_state_t;
+
+typedef struct {
+    int fd;
+    uint64_t handle;
+} s_tracked_t;
+
+static pthread_mutex_t s_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t s_once = PTHREAD_ONCE_INIT;
+static char s_path[sizeof(((struct sockaddr_un *) 0)->sun_path)];
+static bool s_have_path;
+static s_state_t s_state;
+static int s_fd = -1;
+static pid_t s_pid;
+static _Atomic int s_base, s_limit;
+static s_tracked_t s_tracked[SHIM_MAX_TRACKED];
+static _Atomic size_t s_ntracked;
+
+/* One line on stderr: "librdzv_shim: <what> <arg>; binds pass through". */
+static void s_say(const char *what, const char *arg)
+{
+    char msg[256];
+    int n = snprintf(msg, sizeof msg, "librdzv_shim: %s %s; binds pass through\n", what, arg);
+    if (n > 0)
+        (void) !write(STDERR_FILENO, msg, (size_t) n < sizeof msg ? (size_t) n : sizeof msg - 1);
+}
+
+static void s_drop_connection(void)
+{
+    if (s_fd >= 0)
+        rdzv_shim_real()->close(s_fd);
+    s_fd = -1;
+}
+
+static void s_atfork_prepare(void)
+{
+    pthread_mutex_lock(&s_lock);
+}
+
+static void s_atfork_parent(void)
+{
+    pthread_mutex_unlock(&s_lock);
+}
+
+/* The child must not share the parent's connection: the agent tells
+ * processes apart by their connections. Listeners it inherited stay the
+ * parent's to report. */
+static void s_atfork_child(void)
+{
+    s_drop_connection();
+    if (s_state == S_CONNECTED)
+        s_state = S_UNKNOWN;
+    atomic_store(&s_ntracked, 0);
+    pthread_mutex_unlock(&s_lock);
+}
+
+static void s_init(void)
+{
+    const char *path = getenv(RDZV_AGENT_SOCKET_ENV);
+    if (path && *path && strlen(path) < sizeof s_path) {
+        strcpy(s_path, path);
+        s_have_path = true;
+    }
+    int base, limit;
+    if (rdzv_shim_parse_range(getenv(RDZV_PORT_RANGE_ENV), &base, &limit) == 0) {
+        atomic_store(&s_base, base);
+        atomic_store(&s_limit, limit);
+    }
+    pthread_atfork(s_atfork_prepare, s_atfork_parent, s_atfork_child);
+}
+
+static int s_exchange(const rdzv_agent_msg_t *req, rdzv_agent_msg_t *rep, int *fd_out)
+{
+    ssize_t n;
+    do
+        n = send(s_fd, req, sizeof *req, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n != (ssize_t) sizeof *req)
+        return -1;
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = { .iov_base = rep, .iov_len = sizeof *rep };
+    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                         .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf };
+    do
+        n = recvmsg(s_fd, &mh, MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    *fd_out = -1;
+    struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
+    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS
+        && c->cmsg_len == CMSG_LEN(sizeof(int)))
+        memcpy(fd_out, CMSG_DATA(c), sizeof(int));
+    if (n != (ssize_t) sizeof *rep || rep->magic != RDZV_AGENT_MAGIC || rep->op != req->op
+        || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+        if (*fd_out >= 0)
+            rdzv_shim_real()->close(*fd_out);
+        *fd_out = -1;
+        return -1;
+    }
+    return 0;
+}
+
+static int s_connect(void)
+{
+    s_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (s_fd < 0)
+        return -1;
+    struct timeval tv = { .tv_sec = RDZV_AGENT_REPLY_TIMEOUT_MS / 1000,
+                          .tv_usec = (RDZV_AGENT_REPLY_TIMEOUT_MS % 1000) * 1000 };
+    setsockopt(s_fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(s_fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct sockaddr_un sun = { .sun_family = AF_UNIX };
+    strcpy(sun.sun_path, s_path);
+    int rc;
+    do
+        rc = connect(s_fd, (struct sockaddr *) &sun, sizeof sun);
+    while (rc < 0 && errno == EINTR);
+    rdzv_agent_msg_t req = { .magic = RDZV_AGENT_MAGIC, .version = RDZV_AGENT_VERSION,
+                             .op = RDZV_AGENT_OP_HELLO };
+    rdzv_agent_msg_t rep;
+    int fd = -1;
+    if (rc < 0 || s_exchange(&req, &rep, &fd) < 0 || rep.status != 0
+        || rep.range_base == 0 || rep.range_base >= rep.range_limit) {
+        s_drop_connection();
+        return -1;
+    }
+    atomic_store(&s_base, (int) rep.range_base);
+    atomic_store(&s_limit, (int) rep.range_limit);
+    s_pid = getpid();
+    return 0;
+}
+
+/* Under s_lock: a live connection of this process, or false. */
+static bool s_ensure(void)
+{
+    if (s_state == S_CONNECTED && s_pid != getpid()) {
+        s_drop_connection();
+        s_state = S_UNKNOWN;
+    }
+    if (s_state != S_UNKNOWN)
+        return s_state == S_CONNECTED;
+    if (!s_have_path) {
+        s_say("not set:", RDZV_AGENT_SOCKET_ENV);
+        s_state = S_OFF;
+        return false;
+    }
+    if (s_connect() < 0) {
+        s_say("cannot reach the agent at", s_path);
+        s_state = S_OFF;
+        return false;
+    }
+    s_state = S_CONNECTED;
+    return true;
+}
+
+bool rdzv_shim_agent_range(int *base, int *limit)
+{
+    pthread_once(&s_once, s_init);
+    *base = atomic_load(&s_base);
+    *limit = atomic_load(&s_limit);
+    return *base > 0;
+}
+
+bool rdzv_shim_agent_ready(void)
+{
+    pthread_once(&s_once, s_init);
+    pthread_mutex_lock(&s_lock);
+    bool ok = s_ensure();
+    pthread_mutex_unlock(&s_lock);
+    return ok;
+}
+
+int rdzv_shim_agent_bind(const rdzv_agent_msg_t *req, rdzv_agent_msg_t *rep, int *fd_out)
+{
+    pthread_once(&s_once, s_init);
+    pthread_mutex_lock(&s_lock);
+    int rc = -1;
+    if (s_ensure()) {
+        rc = s_exchange(req, rep, fd_out);
+        if (rc < 0) {
+            s_say("lost the agent at", s_path);
+            s_drop_connection();
+            s_state = S_OFF;
+        }
+    }
+    pthread_mutex_unlock(&s_lock);
+    return rc;
+}
+
+void rdzv_shim_agent_track(int fd, uint64_t handle)
+{
+    pthread_mutex_lock(&s_lock);
+    size_t n = atomic_load(&s_ntracked);
+    size_t i = 0;
+    while (i < n && s_tracked[i].fd != fd)
+        i++;
+    if (i < SHIM_MAX_TRACKED) {
+        s_tracked[i] = (s_tracked_t) { .fd = fd, .handle = handle };
+        if (i == n)
+            atomic_store(&s_ntracked, n + 1);
+    }
+    pthread_mutex_unlock(&s_lock);
+}
+
+void rdzv_shim_agent_closed(int fd)
+{
+    if (atomic_load(&s_ntracked) == 0)
+        return;
+    pthread_mutex_lock(&s_lock);
+    size_t n = atomic_load(&s_ntracked);
+    for (size_t i = 0; i < n; i++) {
+        if (s_tracked[i].fd != fd)
+            continue;
+        rdzv_agent_msg_t req = { .magic = RDZV_AGENT_MAGIC, .version = RDZV_AGENT_VERSION,
+                                 .op = RDZV_AGENT_OP_CLOSE, .handle = s_tracked[i].handle };
+        s_tracked[i] = s_tracked[n - 1];
+        atomic_store(&s_ntracked, n - 1);
+        rdzv_agent_msg_t rep;
+        int passed = -1;
+        if (s_state == S_CONNECTED && s_pid == getpid()
+            && s_exchange(&req, &rep, &passed) < 0) {
+            s_drop_connection();
+            s_state = S_OFF;
+        }
+        break;
+    }
+    pthread_mutex_unlock(&s_lock);
+}

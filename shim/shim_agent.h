@@ -1,0 +1,30 @@
+/* The shim's connection to the agent: one per process, opened on first
+ * need, replaced in a forked child, serialised by a lock. Also the table of
+ * descriptors that hold handed-over listeners, so that close() can tell
+ * the agent. */
+#ifndef RDZV_SHIM_AGENT_H
+#define RDZV_SHIM_AGENT_H
+
+#include "agent_proto.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* The managed range, from RDZV_PORT_RANGE before the agent was asked and
+ * from the agent's HELLO reply after; false while unknown. */
+bool rdzv_shim_agent_range(int *base, int *limit);
+/* Connects (first use) and learns the range. False: the variable is unset
+ * or the agent unreachable; every bind then passes through, and the shim
+ * has said so once on stderr. */
+bool rdzv_shim_agent_ready(void);
+/* Sends a BIND request, receives the reply and the passed descriptor
+ * (*fd_out, -1 if none). Returns 0, or -1 when the agent is unreachable. */
+int rdzv_shim_agent_bind(const rdzv_agent_msg_t *req, rdzv_agent_msg_t *rep, int *fd_out);
+
+/* fd now holds the listener of hand-over handle. */
+void rdzv_shim_agent_track(int fd, uint64_t handle);
+/* close(fd) happened: if fd held a hand-over, tells the agent (one round
+ * trip); otherwise returns at once without a lock. */
+void rdzv_shim_agent_closed(int fd);
+
+#endif

@@ -1,0 +1,203 @@
+/* The exported wrappers: bind() and close(). Everything that is not a TCP
+ * bind on the managed range (or a port-0 probe) goes to libc at once. */
+#include "shim_agent.h"
+#include "shim_rules.h"
+#include "shim_syms.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define RDZV_SHIM_EXPORT __attribute__((visibility("default")))
+
+RDZV_SHIM_EXPORT int bind(int fd, __CONST_SOCKADDR_ARG arg, socklen_t len);
+RDZV_SHIM_EXPORT int close(int fd);
+
+/* Set while the shim itself is at work in this thread: no recursion. */
+static __thread int s_busy;
+
+typedef struct {
+    int level;
+    int name;
+    bool buffer;               /* the kernel reports twice what was set */
+} s_option_t;
+
+/* Options a caller may have set before bind() that the handed-over socket
+ * must carry too. SO_REUSEPORT is always on there (docs/agent.md). */
+static const s_option_t s_options[] = {
+    { SOL_SOCKET, SO_REUSEADDR, false },   { SOL_SOCKET, SO_KEEPALIVE, false },
+    { SOL_SOCKET, SO_RCVBUF, true },       { SOL_SOCKET, SO_SNDBUF, true },
+    { SOL_SOCKET, SO_PRIORITY, false },    { SOL_SOCKET, SO_OOBINLINE, false },
+    { SOL_SOCKET, SO_RCVLOWAT, false },    { IPPROTO_TCP, TCP_NODELAY, false },
+    { IPPROTO_TCP, TCP_KEEPIDLE, false },  { IPPROTO_TCP, TCP_KEEPINTVL, false },
+    { IPPROTO_TCP, TCP_KEEPCNT, false },   { IPPROTO_TCP, TCP_USER_TIMEOUT, false },
+    { IPPROTO_TCP, TCP_DEFER_ACCEPT, false }, { IPPROTO_TCP, TCP_FASTOPEN, false },
+    { IPPROTO_TCP, TCP_MAXSEG, false },    { IPPROTO_IP, IP_TOS, false },
+    { IPPROTO_IPV6, IPV6_TCLASS, false },
+};
+
+static int s_intopt(int fd, int level, int name)
+{
+    int v = 0;
+    socklen_t len = sizeof v;
+    return getsockopt(fd, level, name, &v, &len) == 0 ? v : -1;
+}
+
+static void s_copy_options(int from, int to)
+{
+    for (size_t i = 0; i < sizeof s_options / sizeof s_options[0]; i++) {
+        const s_option_t *o = &s_options[i];
+        int want = s_intopt(from, o->level, o->name), have = s_intopt(to, o->level, o->name);
+        if (want < 0 || have < 0 || want == have)
+            continue;
+        int v = o->buffer ? want / 2 : want;
+        setsockopt(to, o->level, o->name, &v, sizeof v);
+    }
+    struct linger lg;
+    socklen_t len = sizeof lg;
+    if (getsockopt(from, SOL_SOCKET, SO_LINGER, &lg, &len) == 0 && lg.l_onoff)
+        setsockopt(to, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    struct timeval tv[2];
+    int names[2] = { SO_RCVTIMEO, SO_SNDTIMEO };
+    for (int i = 0; i < 2; i++) {
+        len = sizeof tv[i];
+        if (getsockopt(from, SOL_SOCKET, names[i], &tv[i], &len) == 0
+            && (tv[i].tv_sec || tv[i].tv_usec))
+            setsockopt(to, SOL_SOCKET, names[i], &tv[i], sizeof tv[i]);
+    }
+}
+
+/* What a bind on fd would be; reads the socket, changes nothing. */
+static void s_describe(int fd, const struct sockaddr *addr, socklen_t len, rdzv_shim_bind_t *b)
+{
+    memset(b, 0, sizeof *b);
+    b->addr_family = addr->sa_family;
+    if ((b->addr_family == AF_INET && len < sizeof(struct sockaddr_in))
+        || (b->addr_family == AF_INET6 && len < sizeof(struct sockaddr_in6))) {
+        b->addr_family = AF_UNSPEC;
+        return;
+    }
+    b->port = ntohs(b->addr_family == AF_INET ? ((const struct sockaddr_in *) addr)->sin_port
+                                              : ((const struct sockaddr_in6 *) addr)->sin6_port);
+    b->domain = s_intopt(fd, SOL_SOCKET, SO_DOMAIN);
+    b->type = s_intopt(fd, SOL_SOCKET, SO_TYPE);
+    b->protocol = s_intopt(fd, SOL_SOCKET, SO_PROTOCOL);
+    if (!rdzv_shim_is_candidate(b))
+        return;
+    b->reuseaddr = s_intopt(fd, SOL_SOCKET, SO_REUSEADDR) > 0;
+    b->reuseport = s_intopt(fd, SOL_SOCKET, SO_REUSEPORT) > 0;
+    struct sockaddr_storage ss;
+    socklen_t sslen = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *) &ss, &sslen) == 0) {
+        int bound = ss.ss_family == AF_INET ? ((struct sockaddr_in *) &ss)->sin_port
+                  : ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *) &ss)->sin6_port : 0;
+        b->already_bound = bound != 0;
+    }
+}
+
+/* Puts the passed socket in place of the caller's fd with the caller's
+ * descriptor flags, status flags and options. Returns 0 or an errno. */
+static int s_install(int fd, int passed)
+{
+    int fl = fcntl(fd, F_GETFL), fdfl = fcntl(fd, F_GETFD);
+    if (fl < 0 || fdfl < 0)
+        return errno;
+    s_copy_options(fd, passed);
+    if (fcntl(passed, F_SETFL, fl) < 0)
+        return errno;
+    if (dup3(passed, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0) < 0)
+        return errno;
+    return 0;
+}
+
+static rdzv_shim_action_t s_decide(int fd, const struct sockaddr *addr, socklen_t len,
+                                   rdzv_shim_bind_t *b)
+{
+    s_describe(fd, addr, len, b);
+    if (!rdzv_shim_is_candidate(b))
+        return RDZV_SHIM_PASS;
+    int base, limit;
+    /* With the range known, ports outside it pass without asking the agent. */
+    if (rdzv_shim_agent_range(&base, &limit)
+        && rdzv_shim_classify(b, base, limit) == RDZV_SHIM_PASS)
+        return RDZV_SHIM_PASS;
+    if (!rdzv_shim_agent_ready() || !rdzv_shim_agent_range(&base, &limit))
+        return RDZV_SHIM_PASS;
+    return rdzv_shim_classify(b, base, limit);
+}
+
+/* Asks the agent; returns 0 done, an errno for bind() to fail with, or -1
+ * to pass the call through (agent gone). */
+static int s_managed_bind(int fd, const struct sockaddr *addr, socklen_t len,
+                          rdzv_shim_action_t action, const rdzv_shim_bind_t *b)
+{
+    rdzv_agent_msg_t req = { .magic = RDZV_AGENT_MAGIC, .version = RDZV_AGENT_VERSION,
+                             .op = RDZV_AGENT_OP_BIND, .addrlen = len };
+    req.kind = action == RDZV_SHIM_PROBE ? RDZV_BIND_PROBE
+             : action == RDZV_SHIM_PROBE0 ? RDZV_BIND_PROBE0 : RDZV_BIND_LISTENER;
+    if (b->reuseport)
+        req.flags |= RDZV_AGENT_F_REUSEPORT;
+    if (b->domain == AF_INET6 && s_intopt(fd, IPPROTO_IPV6, IPV6_V6ONLY) > 0)
+        req.flags |= RDZV_AGENT_F_V6ONLY;
+    if (req.addrlen > RDZV_AGENT_ADDR_MAX)
+        req.addrlen = RDZV_AGENT_ADDR_MAX;
+    memcpy(req.addr, addr, req.addrlen);
+    rdzv_agent_msg_t rep;
+    int passed = -1;
+    if (rdzv_shim_agent_bind(&req, &rep, &passed) < 0)
+        return -1;
+    if (rep.status != 0 || passed < 0) {
+        if (passed >= 0)
+            rdzv_shim_real()->close(passed);
+        return rep.status != 0 ? rep.status : EADDRINUSE;
+    }
+    int err = s_install(fd, passed);
+    rdzv_shim_real()->close(passed);
+    if (req.kind == RDZV_BIND_LISTENER) {
+        rdzv_shim_agent_track(fd, rep.handle);
+        if (err)
+            rdzv_shim_agent_closed(fd);
+    }
+    return err;
+}
+
+int bind(int fd, __CONST_SOCKADDR_ARG arg, socklen_t len)
+{
+    const struct sockaddr *addr = arg.__sockaddr__;
+    const rdzv_shim_real_t *real = rdzv_shim_real();
+    if (s_busy || !addr || len < sizeof(sa_family_t)
+        || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6))
+        return real->bind(fd, arg, len);
+    int saved = errno;
+    s_busy = 1;
+    rdzv_shim_bind_t b;
+    rdzv_shim_action_t action = s_decide(fd, addr, len, &b);
+    int err = action == RDZV_SHIM_PASS ? -1 : s_managed_bind(fd, addr, len, action, &b);
+    s_busy = 0;
+    errno = saved;
+    if (err < 0)
+        return real->bind(fd, arg, len);
+    if (err > 0) {
+        errno = err;
+        return -1;
+    }
+    return 0;
+}
+
+int close(int fd)
+{
+    const rdzv_shim_real_t *real = rdzv_shim_real();
+    int rc = real->close(fd);
+    if (s_busy)
+        return rc;
+    int saved = errno;
+    s_busy = 1;
+    rdzv_shim_agent_closed(fd);
+    s_busy = 0;
+    errno = saved;
+    return rc;
+}

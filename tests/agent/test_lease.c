@@ -1,0 +1,161 @@
+/* Lease rules of the agent (client/agent/agent_lease.c): probe, port-0
+ * probe, listener, close, foreign port, exhausted plan, engine gone. */
+#include "agent_lease.h"
+
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+
+#define BASE 20000
+#define LIMIT 20016
+
+static const int s_plan[] = { 20000, 20001, 20002, 20003 };
+static rdzv_lease_t *s_lease;
+
+static void s_setup(void)
+{
+    s_lease = rdzv_lease_new(BASE, LIMIT, s_plan, 4);
+    ck_assert_ptr_nonnull(s_lease);
+}
+
+static void s_teardown(void)
+{
+    rdzv_lease_destroy(&s_lease);
+    ck_assert_ptr_null(s_lease);
+    rdzv_lease_destroy(&s_lease);
+}
+
+START_TEST(test_new_rejects_bad_plans)
+{
+    const int outside[] = { 20000, 20016 };
+    ck_assert_ptr_null(rdzv_lease_new(BASE, LIMIT, outside, 2));
+    ck_assert_ptr_null(rdzv_lease_new(LIMIT, BASE, s_plan, 4));
+    ck_assert_ptr_null(rdzv_lease_new(0, LIMIT, s_plan, 4));
+    ck_assert_ptr_null(rdzv_lease_new(BASE, 70000, s_plan, 4));
+}
+END_TEST
+
+START_TEST(test_probe_leases_once)
+{
+    ck_assert_int_eq(rdzv_lease_state(s_lease, 20001), RDZV_PORT_FREE);
+    ck_assert_int_eq(rdzv_lease_probe(s_lease, 20001), 0);
+    ck_assert_int_eq(rdzv_lease_state(s_lease, 20001), RDZV_PORT_LEASED);
+    ck_assert_int_eq(rdzv_lease_probe(s_lease, 20001), EADDRINUSE);
+}
+END_TEST
+
+START_TEST(test_scan_walks_the_plan)
+{
+    /* Two vLLM-style scans from the first port never return the same port. */
+    int got[8], n = 0;
+    for (int scan = 0; scan < 2; scan++)
+        for (int port = BASE, hits = 0; port < LIMIT && hits < 2; port++)
+            if (rdzv_lease_probe(s_lease, port) == 0)
+                got[n++] = port, hits++;
+    ck_assert_int_eq(n, 4);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(got[i], s_plan[i]);
+}
+END_TEST
+
+START_TEST(test_foreign_and_outside)
+{
+    ck_assert_int_eq(rdzv_lease_state(s_lease, 20010), RDZV_PORT_FOREIGN);
+    ck_assert_int_eq(rdzv_lease_probe(s_lease, 20010), EADDRINUSE);
+    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20010, false), EADDRINUSE);
+    ck_assert_int_eq(rdzv_lease_state(s_lease, LIMIT), RDZV_PORT_OUTSIDE);
+    ck_assert_int_eq(rdzv_lease_probe(s_lease, LIMIT), EINVAL);
+    ck_assert_int_eq(rdzv_lease_listen(s_lease, BASE - 1, true), EINVAL);
+}
+END_TEST
+
+START_TEST(test_probe_any_and_exhaustion)
+{
+    int port = 0;
+    ck_assert_int_eq(rdzv_lease_probe(s_lease, 20000), 0);
+    ck_assert_int_eq(rdzv_lease_probe_any(s_lease, &port), 0);
+    ck_assert_int_eq(port, 20001);
+    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20002, false), 0);
+    ck_assert_int_eq(rdzv_lease_probe_any(s_lease, &port), 0);
+    ck_assert_int_eq(port, 20003);
+    ck_assert_int_eq(rdzv_lease_probe_any(s_lease, &port), EADDRINUSE);
+    for (int p = BASE; p < LIMIT; p++)
+        ck_assert_int_eq(rdzv_lease_probe(s_lease, p), EADDRINUSE);
+}
+END_TEST
+
+START_TEST(test_listener_after_probe)
+{
+    /* vLLM: a probe leases the port, the listener binds it seconds later. */
+    ck_assert_int_eq(rdzv_lease_probe(s_lease, 20002), 0);
+    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20002, false), 0);
+    ck_assert_int_eq(rdzv_lease_state(s_lease, 20002), RDZV_PORT_TAKEN);
+    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20002, false), EADDRINUSE);
+    ck_assert_int_eq(rdzv_lease_probe(s_lease, 20002), EADDRINUSE);
+}
+END_TEST
+
+START_TEST(test_reuseport_listeners_share)
+{
+    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20000, true), 0);
+    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20000, true), 0);
+    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20000, false), EADDRINUSE);
+    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20001, false), 0);
+    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20001, true), EADDRINUSE);
+    rdzv_lease_unlisten(s_lease, 20000);
+    ck_assert_int_eq(rdzv_lease_state(s_lease, 20000), RDZV_PORT_TAKEN);
+    rdzv_lease_unlisten(s_lease, 20000);
+    ck_assert_int_eq(rdzv_lease_state(s_lease, 20000), RDZV_PORT_LEASED);
+}
+END_TEST
+
+START_TEST(test_close_keeps_the_lease)
+{
+    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20003, false), 0);
+    rdzv_lease_unlisten(s_lease, 20003);
+    ck_assert_int_eq(rdzv_lease_state(s_lease, 20003), RDZV_PORT_LEASED);
+    ck_assert_int_eq(rdzv_lease_probe(s_lease, 20003), EADDRINUSE);
+    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20003, false), 0);
+}
+END_TEST
+
+START_TEST(test_unprobe_and_reset)
+{
+    ck_assert_int_eq(rdzv_lease_probe(s_lease, 20000), 0);
+    rdzv_lease_unprobe(s_lease, 20000);
+    ck_assert_int_eq(rdzv_lease_state(s_lease, 20000), RDZV_PORT_FREE);
+    ck_assert_int_eq(rdzv_lease_probe(s_lease, 20000), 0);
+    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20001, false), 0);
+    rdzv_lease_reset(s_lease);
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(rdzv_lease_state(s_lease, s_plan[i]), RDZV_PORT_FREE);
+    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20001, false), 0);
+}
+END_TEST
+
+static Suite *s_suite(void)
+{
+    Suite *s = suite_create("agent_lease");
+    TCase *tc = tcase_create("lease");
+    tcase_add_checked_fixture(tc, s_setup, s_teardown);
+    tcase_add_test(tc, test_new_rejects_bad_plans);
+    tcase_add_test(tc, test_probe_leases_once);
+    tcase_add_test(tc, test_scan_walks_the_plan);
+    tcase_add_test(tc, test_foreign_and_outside);
+    tcase_add_test(tc, test_probe_any_and_exhaustion);
+    tcase_add_test(tc, test_listener_after_probe);
+    tcase_add_test(tc, test_reuseport_listeners_share);
+    tcase_add_test(tc, test_close_keeps_the_lease);
+    tcase_add_test(tc, test_unprobe_and_reset);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(s_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,534 @@
+#!/usr/bin/python3
+"""Integration tests of `rdzv agent` and librdzv_shim.so (issue 3) with a
+real rdzvd, a real agent and real programs under LD_PRELOAD, on loopback.
+
+    integration.py CASE --rdzvd EXE --rdzv EXE --shim SO --listener EXE
+
+Each case starts its own rdzvd and agent on a managed range of its own
+(BASE + 16 * index, 16 ports, 8 per rank), so cases may run in parallel.
+Exit 0 pass, 1 fail, 77 skip."""
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+PY = "/usr/bin/python3"
+BASE = 27000
+SPAN = 16
+PER_RANK = 8
+WAIT_S = 20
+
+
+class Fail(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Fail(what)
+
+
+def wait_for(pred, what, timeout=WAIT_S):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise Fail("timed out waiting for " + what)
+
+
+def outside_port():
+    """A free port outside every case's range: one the kernel picks (the
+    ephemeral range lies above the managed ranges)."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", 0))
+    port = s.getsockname()[1]
+    s.close()
+    check(port >= BASE + SPAN * 64, "the kernel picked %d inside the test ranges" % port)
+    return port
+
+
+class Pod:
+    """rdzvd + one agent (sidecar unless cmd is given) for one case."""
+
+    def __init__(self, opts, index, cmd=None, agent_args=()):
+        self.opts = opts
+        self.base = BASE + SPAN * index
+        self.limit = self.base + SPAN
+        self.tmp = tempfile.TemporaryDirectory(prefix="rdzv-shim-")
+        d = self.tmp.name
+        self.sock = os.path.join(d, "agent.sock")
+        ep_file = os.path.join(d, "endpoint")
+        self.rdzvd = subprocess.Popen(
+            [opts.rdzvd, "--bind", "tcp://127.0.0.1:*", "--endpoint-file", ep_file,
+             "--state-dir", os.path.join(d, "state"), "--port-base", str(self.base),
+             "--ports-per-rank", str(PER_RANK), "--port-limit", str(self.limit), "--no-nccl"],
+            stderr=open(os.path.join(d, "rdzvd.log"), "w"))
+        wait_for(lambda: os.path.exists(ep_file) and open(ep_file).read().strip(), "rdzvd")
+        self.endpoint = open(ep_file).read().strip()
+        self.agent_log = os.path.join(d, "agent.log")
+        argv = [opts.rdzv, "agent", "--server", self.endpoint, "--group", "g%d" % index,
+                "--world", "1", "--rank", "0", "--host", "127.0.0.1", "--node", "n",
+                "--socket", self.sock, "--port-range", "%d-%d" % (self.base, self.limit),
+                "--shim", opts.shim, "--heartbeat", "1", "--timeout", "20", *agent_args]
+        if cmd:
+            argv += ["--", *cmd]
+        self.agent = subprocess.Popen(argv, stderr=open(self.agent_log, "w"),
+                                      stdout=subprocess.PIPE, text=True)
+        if not cmd:
+            wait_for(lambda: os.path.exists(self.sock), "the agent's socket")
+        self.plan = list(range(self.base, self.base + PER_RANK))
+
+    def env(self, **extra):
+        env = dict(os.environ)
+        env.pop("RDZV_PORT_RANGE", None)
+        env["LD_PRELOAD"] = self.opts.shim
+        env["RDZV_AGENT_SOCKET"] = self.sock
+        env.update(extra)
+        return env
+
+    def run(self, argv, env=None, check_rc=True, timeout=WAIT_S):
+        p = subprocess.run(argv, env=env or self.env(), capture_output=True, text=True,
+                           timeout=timeout)
+        if check_rc and p.returncode != 0:
+            raise Fail("%s exited %d: %s%s" % (argv[:2], p.returncode, p.stdout, p.stderr))
+        return p
+
+    def py(self, code, env=None, check_rc=True):
+        return self.run([PY, "-c", textwrap.dedent(code)], env=env, check_rc=check_rc)
+
+    def py_json(self, code, env=None):
+        return json.loads(self.py(code, env=env).stdout.strip().splitlines()[-1])
+
+    def env_file(self):
+        with open(self.sock + ".env") as f:
+            return dict(line.split("=", 1) for line in f.read().splitlines() if "=" in line)
+
+    def stop_agent(self):
+        """SIGTERM to a sidecar agent: it must exit 0, and cleanly."""
+        self.agent.send_signal(signal.SIGTERM)
+        rc = self.agent.wait(timeout=WAIT_S)
+        log = open(self.agent_log).read()
+        check(rc == 0 and "Sanitizer" not in log and "runtime error" not in log,
+              "the agent exited %d after SIGTERM: %s" % (rc, log))
+        check(not os.path.exists(self.sock) and not os.path.exists(self.sock + ".env"),
+              "the agent left its socket or env file behind")
+
+    def close(self):
+        for p in (self.agent, self.rdzvd):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        self.tmp.cleanup()
+
+
+PROBE = """
+import json, os, socket
+def probe(port):
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        s.bind(("0.0.0.0", port))
+        return s.getsockname()[1]
+    except OSError:
+        return None
+    finally:
+        s.close()
+def scan(start, n, stop):
+    got, port = [], start
+    while len(got) < n and port < stop:
+        if probe(port):
+            got.append(port)
+        port += 1
+    return got
+"""
+
+
+def case_probe_scan(pod):
+    """vLLM scans from VLLM_PORT: two scans of four give eight distinct ports of the plan."""
+    vllm_port = int(pod.env_file()["VLLM_PORT"])
+    check(vllm_port == pod.plan[0], "VLLM_PORT is the plan's first port")
+    got = pod.py_json(PROBE + "print(json.dumps([scan(%d, 4, %d), scan(%d, 4, %d)]))"
+                      % (vllm_port, pod.limit, vllm_port, pod.limit))
+    check(got[0] == pod.plan[:4] and got[1] == pod.plan[4:8],
+          "the scans got %s, not the plan %s in two halves" % (got, pod.plan))
+
+
+def case_two_processes_scan(pod):
+    """Two scans in two live processes of one engine never return the same port."""
+    code = PROBE + """
+import sys, time
+print(json.dumps(scan(%d, 3, %d)), flush=True)
+sys.stdin.read()
+""" % (pod.plan[0], pod.limit)
+    procs = [subprocess.Popen([PY, "-c", code], env=pod.env(), stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    lists = [json.loads(p.stdout.readline()) for p in procs]
+    for p in procs:
+        p.stdin.close()
+        p.wait(timeout=WAIT_S)
+    ports = lists[0] + lists[1]
+    check(len(ports) == 6 and len(set(ports)) == 6 and set(ports) <= set(pod.plan),
+          "two scans overlapped or left the plan: %s" % lists)
+
+
+def case_probe_then_listener(pod):
+    """A probed port is bound later by a SO_REUSEADDR listener in the same Pod."""
+    got = pod.py_json(PROBE + """
+port = scan(%d, 1, %d)[0]
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("", port)); l.listen()
+c = socket.create_connection(("127.0.0.1", port), timeout=5)
+a, _ = l.accept(); c.sendall(b"tok"); ok = a.recv(3) == b"tok"
+print(json.dumps([port, ok]))
+""" % (pod.plan[0], pod.limit))
+    check(got == [pod.plan[0], True], "probe then listener: %s" % got)
+
+
+def case_port0_probe(pod):
+    """A port-0 probe gets the next free plan port, which a later bind lands on;
+    a port-0 bind with SO_REUSEADDR passes through to the kernel."""
+    got = pod.py_json(PROBE + """
+s = socket.socket(); s.bind(("0.0.0.0", 0)); first = s.getsockname()[1]; s.close()
+s = socket.socket(); s.bind(("0.0.0.0", 0)); second = s.getsockname()[1]; s.close()
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("0.0.0.0", first)); l.listen(); bound = l.getsockname()[1]
+k = socket.socket(); k.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+k.bind(("0.0.0.0", 0)); kernel = k.getsockname()[1]
+print(json.dumps([first, second, bound, kernel]))
+""")
+    first, second, bound, kernel = got
+    check([first, second] == pod.plan[:2], "port-0 probes got %s" % got)
+    check(bound == first, "the later bind did not land on the probed port")
+    check(not pod.base <= kernel < pod.limit, "a SO_REUSEADDR port-0 bind was managed")
+
+
+def case_exhausted(pod):
+    """Once the plan is leased, probes and port-0 probes get EADDRINUSE, and so
+    does every other port of the range."""
+    got = pod.py_json(PROBE + """
+import errno
+leased = [probe(0) for _ in range(%d)]
+def err(port):
+    s = socket.socket()
+    try:
+        s.bind(("0.0.0.0", port)); return 0
+    except OSError as e:
+        return e.errno
+    finally:
+        s.close()
+print(json.dumps([leased, err(0), [err(p) for p in range(%d, %d)]]))
+""" % (PER_RANK, pod.base, pod.limit))
+    leased, port0, rest = got
+    check(leased == pod.plan, "port-0 probes leased %s" % leased)
+    check(port0 == 98, "a port-0 probe on an exhausted plan: errno %d" % port0)
+    check(rest == [98] * SPAN, "probes of the range after exhaustion: %s" % rest)
+
+
+def case_foreign_listener(pod):
+    """A listener on a range port outside the plan gets EADDRINUSE; one outside
+    the range passes through."""
+    got = pod.py_json("""
+import json, socket
+def listen(port):
+    l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        l.bind(("0.0.0.0", port)); l.listen(); return 0
+    except OSError as e:
+        return e.errno
+print(json.dumps([listen(%d), listen(%d)]))
+""" % (pod.plan[-1] + 1, outside_port()))
+    check(got == [98, 0], "foreign listener / outside listener: %s" % got)
+
+
+def listener_case(mode, port_offset=0):
+    def run(pod):
+        pod.run([pod.opts.listener, mode, str(pod.plan[port_offset])])
+    run.__doc__ = "The C listener in mode %s." % mode
+    return run
+
+
+def case_zmq(pod):
+    """libzmq's tcp://*:PORT bind lands on the handed-over socket and serves."""
+    got = pod.py_json("""
+import json, zmq
+ctx = zmq.Context()
+r = ctx.socket(zmq.ROUTER); r.bind("tcp://*:%d")
+d = ctx.socket(zmq.DEALER); d.connect("tcp://127.0.0.1:%d")
+d.send(b"token")
+r.RCVTIMEO = 5000
+ident, msg = r.recv_multipart()
+print(json.dumps(msg.decode()))
+r.close(0); d.close(0); ctx.term()
+""" % (pod.plan[2], pod.plan[2]))
+    check(got == "token", "zmq got %r" % got)
+    # The port is taken while that listener lived; a plain bind from outside the shim fails.
+
+
+def case_other_uid(pod):
+    """While the agent holds the plan, binds that do not go through it fail:
+    another uid (even with SO_REUSEADDR and SO_REUSEPORT, even with the shim,
+    whose agent socket it cannot open), and the same uid without the shim."""
+    code = """
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+try:
+    s.bind(("0.0.0.0", %d)); print("bound")
+except OSError as e:
+    print("errno", e.errno)
+""" % pod.plan[0]
+    if os.geteuid() != 0:
+        raise Skip("needs root to run a program under another uid")
+    other = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", PY, "-c", code]
+    bare = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "RDZV_AGENT_SOCKET")}
+    for env in (bare, pod.env()):
+        out = pod.run(other, env=env).stdout.strip()
+        check(out == "errno 98", "uid 65534 bind: %s" % out)
+    plain = code.replace('s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)', '')
+    out = pod.run([PY, "-c", plain], env=bare).stdout.strip()
+    check(out == "errno 98", "same uid without the shim: %s" % out)
+
+
+def case_passthrough(pod):
+    """UDP, unix sockets and ports outside the range pass through, without
+    the agent (a dead socket path: no message, no failure); with the
+    variable unset the shim says so once on stderr."""
+    code = """
+import os, socket, tempfile
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("0.0.0.0", %d))
+x = socket.socket(socket.AF_UNIX); x.bind(os.path.join(tempfile.mkdtemp(), "s"))
+for addr in ("0.0.0.0", "127.0.0.1"):
+    t = socket.socket(); t.bind((addr, %d)); t.close()
+print("ok")
+""" % (pod.plan[0], outside_port())
+    env = pod.env(RDZV_AGENT_SOCKET="/nonexistent/agent.sock",
+                  RDZV_PORT_RANGE="%d-%d" % (pod.base, pod.limit))
+    p = pod.py(code, env=env)
+    check(p.stdout.strip() == "ok" and "librdzv_shim" not in p.stderr,
+          "pass-through with the range known: %r %r" % (p.stdout, p.stderr))
+    env = pod.env()
+    del env["RDZV_AGENT_SOCKET"]
+    p = pod.py(code, env=env)
+    check(p.stdout.strip() == "ok" and p.stderr.count("librdzv_shim") == 1,
+          "variable unset: %r" % p.stderr)
+
+
+def case_close_listener(pod):
+    """Closing a handed-over listener tells the agent: no connection is queued
+    to it afterwards, and the port takes a new listener."""
+    got = pod.py_json("""
+import json, socket, errno
+def listener(port):
+    l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    l.bind(("0.0.0.0", port)); l.listen(); return l
+l = listener(%d); l.close()
+try:
+    socket.create_connection(("127.0.0.1", %d), timeout=2); refused = False
+except ConnectionRefusedError:
+    refused = True
+again = listener(%d)
+print(json.dumps([refused, again.getsockname()[1]]))
+""" % (pod.plan[1], pod.plan[1], pod.plan[1]))
+    check(got == [True, pod.plan[1]], "close then listen again: %s" % got)
+
+
+def case_dead_engine_listener(pod):
+    """A listener left behind by an engine process that died (its fd still
+    open in a forked child) is shut down by the agent: the queued connection
+    is reset and new ones are refused, while the child still lives."""
+    port = pod.plan[3]
+    code = """
+import os, socket, sys, time
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("0.0.0.0", %d)); l.listen(8)
+pid = os.fork()
+if pid == 0:
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.setsid(); time.sleep(30); os._exit(0)
+print(pid, flush=True)
+""" % port
+    p = pod.py(code)
+    child = int(p.stdout.strip())
+    try:
+        check(os.path.exists("/proc/%d" % child), "the forked child is alive")
+
+        def refused():
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return False
+            except ConnectionRefusedError:
+                return True
+        wait_for(refused, "the dead engine's listener to refuse connections", 10)
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+def case_queued_reset(pod):
+    """A connection queued (not accepted) to a listener whose process died is
+    reset, not left hanging."""
+    port = pod.plan[4]
+    code = """
+import os, socket, sys, time
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("0.0.0.0", %d)); l.listen(8)
+pid = os.fork()
+if pid == 0:
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.setsid(); time.sleep(30); os._exit(0)
+print(pid, flush=True)
+sys.stdin.readline()
+""" % port
+    eng = subprocess.Popen([PY, "-c", code], env=pod.env(), stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, text=True)
+    child = int(eng.stdout.readline())
+    try:
+        c = socket.create_connection(("127.0.0.1", port), timeout=5)
+        eng.stdin.close()
+        eng.wait(timeout=WAIT_S)
+        c.settimeout(10)
+        try:
+            data = c.recv(1)
+            check(data == b"", "the queued connection got data")
+        except ConnectionResetError:
+            pass
+        except socket.timeout:
+            raise Fail("the queued connection hangs on a dead engine's listener")
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+def case_new_engine_epoch(pod):
+    """A new engine process (after the last one went away) moves the group to a
+    new epoch; the env file shows it and the old leases are back in the plan."""
+    check(pod.env_file()["RDZV_EPOCH"] == "1", "first epoch")
+    first = pod.py_json(PROBE + "print(json.dumps(scan(%d, 2, %d)))" % (pod.base, pod.limit))
+    wait_for(lambda: pod.env_file().get("RDZV_EPOCH") == "2", "epoch 2 in the env file")
+    second = pod.py_json(PROBE + "print(json.dumps(scan(%d, 2, %d)))" % (pod.base, pod.limit))
+    check(first == second == pod.plan[:2], "leases after the engine went: %s %s" % (first, second))
+    status = subprocess.run([pod.opts.rdzv, "status", "--server", pod.endpoint],
+                            capture_output=True, text=True, timeout=WAIT_S)
+    check('"epoch":2' in status.stdout.replace(" ", "") or '"epoch":3' in status.stdout.replace(" ", ""),
+          "rdzv status: %s" % status.stdout)
+
+
+def case_cmd(opts, index):
+    """With -- CMD: CMD gets the assignment, LD_PRELOAD (prepended),
+    RDZV_AGENT_SOCKET; the agent exits with CMD's status; PATH.env and the
+    socket exist while CMD runs."""
+    code = ("import os, json; print(json.dumps({k: os.environ.get(k) for k in "
+            "('LD_PRELOAD','RDZV_AGENT_SOCKET','VLLM_PORT','RDZV_EPOCH','MASTER_PORT')}));"
+            "s=os.environ['RDZV_AGENT_SOCKET']; assert os.path.exists(s) and os.path.exists(s+'.env');"
+            "raise SystemExit(7)")
+    os.environ["LD_PRELOAD"] = "libfake-first.so"
+    try:
+        pod = Pod(opts, index, cmd=[PY, "-c", code])
+    finally:
+        del os.environ["LD_PRELOAD"]
+    try:
+        out, _ = pod.agent.communicate(timeout=WAIT_S)
+        check(pod.agent.returncode == 7, "agent exit %d (CMD exits 7): %s"
+              % (pod.agent.returncode, open(pod.agent_log).read()))
+        env = json.loads(out.strip().splitlines()[-1])
+        check(env["LD_PRELOAD"] == opts.shim + ":libfake-first.so", "LD_PRELOAD %s" % env["LD_PRELOAD"])
+        check(env["RDZV_AGENT_SOCKET"] == pod.sock and env["VLLM_PORT"] == str(pod.plan[0])
+              and env["RDZV_EPOCH"] == "1", "CMD env: %s" % env)
+        check(not os.path.exists(pod.sock), "the socket outlived the agent")
+    finally:
+        pod.close()
+
+
+def case_cmd_signal(opts, index):
+    """SIGTERM to the agent reaches CMD; the agent exits as CMD did (143)."""
+    pod = Pod(opts, index, cmd=[PY, "-c", "import time; print('up', flush=True); time.sleep(60)"])
+    try:
+        check(pod.agent.stdout.readline().strip() == "up", "CMD did not start")
+        pod.agent.send_signal(signal.SIGTERM)
+        pod.agent.wait(timeout=WAIT_S)
+        check(pod.agent.returncode == 128 + signal.SIGTERM, "agent exit %d" % pod.agent.returncode)
+    finally:
+        pod.close()
+
+
+class Skip(Exception):
+    pass
+
+
+POD_CASES = {
+    "probe_scan": case_probe_scan,
+    "two_processes_scan": case_two_processes_scan,
+    "probe_then_listener": case_probe_then_listener,
+    "port0_probe": case_port0_probe,
+    "exhausted": case_exhausted,
+    "foreign_listener": case_foreign_listener,
+    "c_listener_v4": listener_case("v4"),
+    "c_listener_v6only": listener_case("v6only"),
+    "c_listener_dual": listener_case("dual"),
+    "c_listener_addr": listener_case("addr"),
+    "c_threads": listener_case("threads"),
+    "c_fork": listener_case("fork"),
+    "zmq": case_zmq,
+    "other_uid": case_other_uid,
+    "passthrough": case_passthrough,
+    "close_listener": case_close_listener,
+    "dead_engine_listener": case_dead_engine_listener,
+    "queued_reset": case_queued_reset,
+    "new_engine_epoch": case_new_engine_epoch,
+}
+OWN_CASES = {"cmd": case_cmd, "cmd_signal": case_cmd_signal}
+CASES = list(POD_CASES) + list(OWN_CASES)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case", choices=CASES + ["list"])
+    ap.add_argument("--rdzvd")
+    ap.add_argument("--rdzv")
+    ap.add_argument("--shim")
+    ap.add_argument("--listener")
+    opts = ap.parse_args()
+    if opts.case == "list":
+        print("\n".join(CASES))
+        return 0
+    index = CASES.index(opts.case)
+    try:
+        if opts.case in OWN_CASES:
+            OWN_CASES[opts.case](opts, index)
+        else:
+            pod = Pod(opts, index)
+            try:
+                POD_CASES[opts.case](pod)
+                pod.stop_agent()
+            except Fail:
+                sys.stderr.write("--- agent log ---\n" + open(pod.agent_log).read())
+                raise
+            finally:
+                pod.close()
+    except Skip as e:
+        print("SKIP:", e)
+        return 77
+    except Fail as e:
+        print("FAIL %s: %s" % (opts.case, e))
+        return 1
+    print("PASS", opts.case)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

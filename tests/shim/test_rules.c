@@ -1,0 +1,80 @@
+/* Which binds the shim takes (shim/shim_rules.c), table-driven. */
+#include "shim_rules.h"
+
+#include <check.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+
+#define BASE 20000
+#define LIMIT 20016
+
+typedef struct {
+    const char *what;
+    rdzv_shim_bind_t bind;
+    rdzv_shim_action_t want;
+} s_case_t;
+
+#define TCP4(port, ra, rp) { AF_INET, SOCK_STREAM, IPPROTO_TCP, AF_INET, port, ra, rp, false }
+#define TCP6(port, ra, rp) { AF_INET6, SOCK_STREAM, IPPROTO_TCP, AF_INET6, port, ra, rp, false }
+
+static const s_case_t s_cases[] = {
+    { "probe v4", TCP4(20003, false, false), RDZV_SHIM_PROBE },
+    { "probe v6", TCP6(20003, false, false), RDZV_SHIM_PROBE },
+    { "listener SO_REUSEADDR", TCP4(20003, true, false), RDZV_SHIM_LISTENER },
+    { "listener SO_REUSEPORT", TCP6(20015, false, true), RDZV_SHIM_LISTENER },
+    { "port-0 probe", TCP4(0, false, false), RDZV_SHIM_PROBE0 },
+    { "port 0 SO_REUSEADDR", TCP4(0, true, false), RDZV_SHIM_PASS },
+    { "port 0 SO_REUSEPORT", TCP6(0, false, true), RDZV_SHIM_PASS },
+    { "below the range", TCP4(19999, false, false), RDZV_SHIM_PASS },
+    { "at the limit", TCP4(20016, true, false), RDZV_SHIM_PASS },
+    { "udp", { AF_INET, SOCK_DGRAM, IPPROTO_UDP, AF_INET, 20003, false, false, false },
+      RDZV_SHIM_PASS },
+    { "sctp stream", { AF_INET, SOCK_STREAM, IPPROTO_SCTP, AF_INET, 20003, false, false, false },
+      RDZV_SHIM_PASS },
+    { "family mismatch", { AF_INET6, SOCK_STREAM, IPPROTO_TCP, AF_INET, 20003, false, false,
+                           false }, RDZV_SHIM_PASS },
+    { "unix", { AF_UNIX, SOCK_STREAM, 0, AF_UNIX, 0, false, false, false }, RDZV_SHIM_PASS },
+    { "already bound", { AF_INET, SOCK_STREAM, IPPROTO_TCP, AF_INET, 20003, true, false, true },
+      RDZV_SHIM_PASS },
+};
+
+START_TEST(test_classify)
+{
+    const s_case_t *c = &s_cases[_i];
+    ck_assert_msg(rdzv_shim_classify(&c->bind, BASE, LIMIT) == c->want, "%s", c->what);
+}
+END_TEST
+
+START_TEST(test_parse_range)
+{
+    int base = 0, limit = 0;
+    ck_assert_int_eq(rdzv_shim_parse_range("19500-32768", &base, &limit), 0);
+    ck_assert_int_eq(base, 19500);
+    ck_assert_int_eq(limit, 32768);
+    static const char *const bad[] = { "", "19500", "19500-", "-5", "5-5", "9-2", "1-70000",
+                                       "0-10", "10-20x" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(rdzv_shim_parse_range(bad[i], &base, &limit) == -1, "%s", bad[i]);
+    ck_assert_int_eq(rdzv_shim_parse_range(NULL, &base, &limit), -1);
+}
+END_TEST
+
+static Suite *s_suite(void)
+{
+    Suite *s = suite_create("shim_rules");
+    TCase *tc = tcase_create("classify");
+    tcase_add_loop_test(tc, test_classify, 0, (int) (sizeof s_cases / sizeof s_cases[0]));
+    tcase_add_test(tc, test_parse_range);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(s_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
