@@ -1,0 +1,56 @@
+#!/bin/sh
+# One entry point for a fresh Debian 12 machine:
+#   ./dev.sh demo   install what is missing, build, run rdzvd + 4 ranks on loopback
+#   ./dev.sh test   install what is missing, build, run every test, then again
+#                   built with AddressSanitizer and UBSan
+set -eu
+cd "$(dirname "$0")"
+
+PACKAGES="gcc meson ninja-build pkg-config libczmq-dev libzmq3-dev libcjson-dev
+check zlib1g-dev python3 python3-zmq iproute2 procps util-linux"
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+install_packages() {
+    missing=""
+    for p in $PACKAGES; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+    done
+    [ -z "$missing" ] && return 0
+    echo "dev.sh: installing$missing"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing
+}
+
+build() {
+    dir=$1
+    shift
+    if [ ! -f "$dir/build.ninja" ]; then
+        meson setup "$dir" "$@"
+    fi
+    ninja -C "$dir"
+}
+
+demo() {
+    install_packages
+    build build
+    exec sh examples/demo.sh build
+}
+
+run_tests() {
+    install_packages
+    build build-ci -Dwerror=true
+    meson test -C build-ci --print-errorlogs --num-processes 2
+    # The same suite with the sanitizers; a finding fails the run.
+    build build-asan -Db_sanitize=address,undefined -Db_lundef=false
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+        meson test -C build-asan --print-errorlogs --num-processes 2
+}
+
+case "${1:-}" in
+demo) demo ;;
+test) run_tests ;;
+*) echo "usage: ./dev.sh demo|test" >&2; exit 2 ;;
+esac
