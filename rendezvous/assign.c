@@ -91,7 +91,9 @@ void rdzv_group_release(rdzv_core_t *self, rdzv_group_t *g)
         m->waiting = false;
         rdzv_core_reply(self, &m->peer,
                         rdzv_assignment_reply(self, g, r, m->peer.req, m->want_members));
-        self->assignments++;
+        self->metrics.assignments++;
+        rdzv_histogram_observe(&self->metrics.join_latency,
+                               (double) (self->now_ms - m->joined_at_ms) / 1000.0);
     }
     g->waiting = 0;
 }
@@ -108,7 +110,7 @@ int rdzv_group_next_epoch(rdzv_core_t *self, rdzv_group_t *g, const char *why)
     cJSON_AddNumberToObject(rec, "epoch", (double) (g->epoch + 1));
     if (rdzv_core_record(self, rec) < 0)
         return -1;
-    self->epoch_changes++;
+    self->metrics.epoch_changes++;
     rdzv_core_log("epoch", "group=%s epoch=%lld reason=\"%s\"", g->name,
                   (long long) g->epoch, why);
     return 0;

@@ -1,6 +1,7 @@
 #include "core.h"
 #include "proto.h"
 #include "rdzv_proto.h"
+#include "rdzv_util.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -140,6 +141,7 @@ rdzv_core_t *rdzv_core_new(const rdzv_config_t *cfg, char *err, size_t errlen)
         return NULL;
     }
     self->cfg = *cfg;
+    pthread_mutex_init(&self->lock, NULL);
     self->journal = rdzv_journal_open(cfg->state_dir, cfg->do_fsync, err, errlen);
     if (!self->journal || s_load(self, err, errlen) < 0) {
         rdzv_core_destroy(&self);
@@ -171,6 +173,7 @@ void rdzv_core_destroy(rdzv_core_t **self_p)
     rdzv_journal_destroy(&self->journal);
     s_drop_outbox(self);
     free(self->outbox);
+    pthread_mutex_destroy(&self->lock);
     free(self);
     *self_p = NULL;
 }
@@ -202,7 +205,9 @@ void rdzv_core_error(rdzv_core_t *self, const rdzv_peer_t *peer, const char *cod
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    self->refusals++;
+    int code_index = rdzv_error_code_index(code);
+    if (code_index >= 0)
+        self->metrics.refusals[code_index]++;
     if (strcmp(code, RDZV_E_TIMEOUT) != 0)
         rdzv_core_log("refuse", "code=%s %s", code, msg);
     rdzv_core_reply(self, peer, rdzv_reply_error(peer->req, code, msg));
@@ -232,8 +237,12 @@ int rdzv_core_commit(rdzv_core_t *self)
 {
     if (!rdzv_journal_pending(self->journal))
         return 0;
-    if (rdzv_journal_flush(self->journal) == 0)
+    int64_t started = rdzv_now_ms();
+    if (rdzv_journal_flush(self->journal) == 0) {
+        rdzv_histogram_observe(&self->metrics.fsync_latency,
+                               (double) (rdzv_now_ms() - started) / 1000.0);
         return 0;
+    }
     /* The changes never reached the disk: nobody may learn of them, and
      * memory goes back to what the disk holds. Clients resend their joins. */
     rdzv_core_log("journal", "write failed; refusing this batch and reloading state");

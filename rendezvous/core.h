@@ -6,10 +6,12 @@
 
 #include <cjson/cJSON.h>
 #include <czmq.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "journal.h"
+#include "metrics.h"
 #include "ncclroot.h"
 #include "plan.h"
 
@@ -41,6 +43,7 @@ typedef struct {
     char *session, *host, *node;
     int64_t epoch;               /* last epoch this rank joined; 0: none */
     int64_t last_seen_ms;
+    int64_t joined_at_ms;        /* when this rank joined the forming epoch */
     bool waiting;                /* a join of this rank awaits the epoch */
     bool want_members;
     rdzv_peer_t peer;
@@ -78,8 +81,10 @@ typedef struct {
     size_t out_len, out_cap;
     bool replaying;
     int64_t now_ms;
-    /* counters for status and metrics */
-    uint64_t joins, assignments, epoch_changes, refusals;
+    rdzv_metrics_t metrics;
+    /* Held by the loop thread while it handles a batch; other threads
+     * (the HTTP server) hold it while they read anything above. */
+    pthread_mutex_t lock;
 } rdzv_core_t;
 
 /* Opens the journal and replays it. NULL on failure, reason in err. */

@@ -43,7 +43,7 @@ static int s_record_join(rdzv_core_t *self, rdzv_group_t *g, const rdzv_request_
     cJSON_AddStringToObject(rec, "node", req->node);
     cJSON_AddStringToObject(rec, "session", req->session);
     cJSON_AddNumberToObject(rec, "epoch", (double) g->epoch);
-    self->joins++;
+    self->metrics.joins++;
     rdzv_core_log("join", "group=%s rank=%d world=%d epoch=%lld host=%s node=%s",
                   g->name, req->rank, g->world, (long long) g->epoch, req->host, req->node);
     return rdzv_core_record(self, rec);
@@ -106,6 +106,8 @@ static void s_handle_join(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv
         return;
     }
     m = g->members[req->rank];
+    if (!m->waiting && !g->complete)
+        m->joined_at_ms = self->now_ms;
     m->last_seen_ms = self->now_ms;
     s_set_waiter(self, g, m, peer, req);
     if (g->joined == g->world && !g->complete)

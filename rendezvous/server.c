@@ -77,18 +77,22 @@ static int s_on_router(zloop_t *loop, zsock_t *reader, void *arg)
     rdzv_server_t *self = arg;
     void *sock = zsock_resolve(reader);
     int64_t now = rdzv_now_ms();
+    pthread_mutex_lock(&self->core->lock);
     for (int i = 0; i < S_BATCH; i++)
         if (s_recv_one(self, sock, now) == 0)
             break;
     s_commit_and_send(self);
+    pthread_mutex_unlock(&self->core->lock);
     return 0;
 }
 
 static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
 {
     rdzv_server_t *self = arg;
+    pthread_mutex_lock(&self->core->lock);
     rdzv_core_tick(self->core, rdzv_now_ms());
     s_commit_and_send(self);
+    pthread_mutex_unlock(&self->core->lock);
     return 0;
 }
 

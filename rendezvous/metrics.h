@@ -1,0 +1,35 @@
+/* Counters and histograms rdzvd keeps for operators (/metrics, status).
+ * Updated only by the loop thread; readers take the server lock. */
+#ifndef RDZV_METRICS_H
+#define RDZV_METRICS_H
+
+#include <stdint.h>
+
+#define RDZV_HIST_BUCKETS 14
+
+/* Upper bounds in seconds of the histogram buckets (Prometheus "le"). */
+extern const double rdzv_hist_bounds[RDZV_HIST_BUCKETS];
+
+typedef struct {
+    uint64_t count;
+    double sum;
+    uint64_t buckets[RDZV_HIST_BUCKETS];   /* not cumulative */
+} rdzv_histogram_t;
+
+/* Error codes of docs/protocol.md, in a fixed order for per-code counters. */
+#define RDZV_ERROR_CODES 14
+extern const char *const rdzv_error_codes[RDZV_ERROR_CODES];
+int rdzv_error_code_index(const char *code);
+
+typedef struct {
+    uint64_t joins;
+    uint64_t assignments;
+    uint64_t epoch_changes;
+    uint64_t refusals[RDZV_ERROR_CODES];
+    rdzv_histogram_t join_latency;         /* a rank's join to its assignment */
+    rdzv_histogram_t fsync_latency;        /* one journal flush */
+} rdzv_metrics_t;
+
+void rdzv_histogram_observe(rdzv_histogram_t *h, double seconds);
+
+#endif
