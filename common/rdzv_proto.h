@@ -10,6 +10,7 @@
 #define RDZV_MAX_NAME             255            /* group, key, host, node, session */
 #define RDZV_NCCL_ID_BYTES        128
 #define RDZV_NCCL_ID_HEX          (2 * RDZV_NCCL_ID_BYTES)
+#define RDZV_MAX_NCCL_IDS         16             /* IDs per epoch */
 #define RDZV_DEFAULT_TIMEOUT_MS   60000
 #define RDZV_MAX_TIMEOUT_MS       86400000
 

@@ -52,13 +52,28 @@ static int s_lay_out_plans(rdzv_core_t *self, rdzv_group_t *g)
     return 0;
 }
 
-static int s_make_nccl_id(rdzv_core_t *self, rdzv_group_t *g, char *hex)
+/* The epoch's IDs: made by the helper (server mode), brought by rank 0
+ * (rank0 mode; 1 = wait, rank 0 resends them after a rdzvd restart), or none. */
+static int s_make_nccl_ids(rdzv_core_t *self, rdzv_group_t *g, cJSON **ids)
 {
     char err[256];
+    if (g->nccl_mode == RDZV_NCCL_NONE) {
+        *ids = cJSON_CreateArray();
+        return 0;
+    }
+    if (g->nccl_mode == RDZV_NCCL_RANK0) {
+        if (!g->rank0_ids)
+            return 1;
+        *ids = cJSON_Duplicate(g->rank0_ids, 1);
+        return 0;
+    }
+    *ids = cJSON_CreateArray();
     g->root = rdzv_ncclroot_start(self->cfg.nccl_helper, self->cfg.nccl_root_timeout_s,
-                                  hex, err, sizeof err);
+                                  g->nccl_count, *ids, err, sizeof err);
     if (g->root)
         return 0;
+    cJSON_Delete(*ids);
+    *ids = NULL;
     rdzv_core_log("nccl", "group=%s cannot make an NCCL unique ID: %s", g->name, err);
     s_refuse_waiters(self, g, RDZV_E_INTERNAL, "cannot make an NCCL unique ID");
     return -1;
@@ -66,17 +81,14 @@ static int s_make_nccl_id(rdzv_core_t *self, rdzv_group_t *g, char *hex)
 
 void rdzv_group_release(rdzv_core_t *self, rdzv_group_t *g)
 {
-    char hex[RDZV_NCCL_ID_HEX + 1];
-    if (s_lay_out_plans(self, g) < 0 || (g->nccl && s_make_nccl_id(self, g, hex) < 0))
+    cJSON *ids = NULL;
+    if (s_lay_out_plans(self, g) < 0 || s_make_nccl_ids(self, g, &ids) != 0)
         return;
     cJSON *rec = cJSON_CreateObject();
     cJSON_AddStringToObject(rec, "t", "complete");
     cJSON_AddStringToObject(rec, "g", g->name);
     cJSON_AddNumberToObject(rec, "epoch", (double) g->epoch);
-    if (g->nccl)
-        cJSON_AddStringToObject(rec, "nccl_id", hex);
-    else
-        cJSON_AddNullToObject(rec, "nccl_id");
+    cJSON_AddItemToObject(rec, "nccl_ids", ids);
     if (rdzv_core_record(self, rec) < 0) {
         rdzv_ncclroot_destroy(&g->root);
         s_refuse_waiters(self, g, RDZV_E_INTERNAL, "cannot record the assignment");
@@ -114,6 +126,18 @@ int rdzv_group_next_epoch(rdzv_core_t *self, rdzv_group_t *g, const char *why)
     rdzv_core_log("epoch", "group=%s epoch=%lld reason=\"%s\"", g->name,
                   (long long) g->epoch, why);
     return 0;
+}
+
+/* nccl_unique_id is the first ID (or null), nccl_unique_ids all of them. */
+static void s_add_ids(cJSON *obj, const rdzv_group_t *g)
+{
+    const cJSON *first = g->nccl_ids ? cJSON_GetArrayItem(g->nccl_ids, 0) : NULL;
+    if (first)
+        cJSON_AddStringToObject(obj, "nccl_unique_id", first->valuestring);
+    else
+        cJSON_AddNullToObject(obj, "nccl_unique_id");
+    cJSON_AddItemToObject(obj, "nccl_unique_ids",
+                          g->nccl_ids ? cJSON_Duplicate(g->nccl_ids, 1) : cJSON_CreateArray());
 }
 
 static int s_port_start(rdzv_core_t *self, const rdzv_group_t *g, int rank)
@@ -169,10 +193,7 @@ char *rdzv_assignment_reply(rdzv_core_t *self, rdzv_group_t *g, int rank,
         cJSON_AddItemToArray(ports, cJSON_CreateNumber(first + i));
     int range[2] = { self->cfg.port_base, self->cfg.port_limit };
     cJSON_AddItemToObject(a, "port_range", cJSON_CreateIntArray(range, 2));
-    if (g->nccl_hex)
-        cJSON_AddStringToObject(a, "nccl_unique_id", g->nccl_hex);
-    else
-        cJSON_AddNullToObject(a, "nccl_unique_id");
+    s_add_ids(a, g);
     if (with_members)
         cJSON_AddItemToObject(a, "members", s_members(self, g, false));
     char *text = cJSON_PrintUnformatted(root);
@@ -191,10 +212,8 @@ cJSON *rdzv_group_status(rdzv_core_t *self, rdzv_group_t *g)
     for (int r = 0; r < g->world; r++)
         if (g->members[r] && g->members[r]->epoch == g->epoch)
             cJSON_AddItemToArray(joined, cJSON_CreateNumber(r));
-    if (g->nccl_hex)
-        cJSON_AddStringToObject(item, "nccl_unique_id", g->nccl_hex);
-    else
-        cJSON_AddNullToObject(item, "nccl_unique_id");
+    cJSON_AddStringToObject(item, "nccl_mode", rdzv_nccl_mode_name(g->nccl_mode));
+    s_add_ids(item, g);
     cJSON_AddItemToObject(item, "members", s_members(self, g, true));
     return item;
 }

@@ -62,14 +62,32 @@ void rdzv_group_free(void **item)
     rdzv_ncclroot_destroy(&g->root);
     zhashx_destroy(&g->kv);
     zlistx_destroy(&g->kv_waiters);
-    free(g->nccl_hex);
+    cJSON_Delete(g->nccl_ids);
+    cJSON_Delete(g->rank0_ids);
     free(g->members_json);
     free(g->name);
     free(g);
     *item = NULL;
 }
 
-rdzv_group_t *rdzv_group_new(const char *name, int world, bool nccl)
+static const char *const s_nccl_modes[] = { "none", "server", "rank0" };
+
+const char *rdzv_nccl_mode_name(rdzv_nccl_mode_t mode)
+{
+    return s_nccl_modes[mode];
+}
+
+int rdzv_nccl_mode_parse(const char *name, rdzv_nccl_mode_t *out)
+{
+    for (int i = 0; i < 3; i++)
+        if (name && strcmp(name, s_nccl_modes[i]) == 0) {
+            *out = (rdzv_nccl_mode_t) i;
+            return 0;
+        }
+    return -1;
+}
+
+rdzv_group_t *rdzv_group_new(const char *name, int world, rdzv_nccl_mode_t mode, int count)
 {
     rdzv_group_t *g = calloc(1, sizeof *g);
     if (!g)
@@ -77,7 +95,8 @@ rdzv_group_t *rdzv_group_new(const char *name, int world, bool nccl)
     g->name = strdup(name);
     g->world = world;
     g->epoch = 1;
-    g->nccl = nccl;
+    g->nccl_mode = mode;
+    g->nccl_count = count;
     g->members = calloc((size_t) world, sizeof *g->members);
     g->kv = zhashx_new();
     zhashx_set_destructor(g->kv, s_free_string);
@@ -127,7 +146,7 @@ static void s_retire_dead_roots(rdzv_core_t *self)
     zlistx_t *names = zhashx_keys(self->groups);
     for (const char *name = zlistx_first(names); name; name = zlistx_next(names)) {
         rdzv_group_t *g = rdzv_core_group(self, name);
-        if (g->nccl && g->nccl_hex && !g->root)
+        if (g->nccl_mode == RDZV_NCCL_SERVER && g->nccl_ids && !g->root)
             rdzv_group_next_epoch(self, g, "nccl root of the previous rdzvd is gone");
     }
     zlistx_destroy(&names);
@@ -304,8 +323,11 @@ static void s_tick_group(rdzv_core_t *self, rdzv_group_t *g, int64_t now_ms)
         }
         w = next;
     }
-    if (g->root && rdzv_ncclroot_poll(g->root) == 1)
+    int report = g->root ? rdzv_ncclroot_poll(g->root) : -1;
+    if (report == 1)
         rdzv_group_next_epoch(self, g, "nccl root timed out before every rank arrived");
+    else if (report == 0)
+        rdzv_ncclroot_destroy(&g->root);     /* every rank arrived; reap the helper */
 }
 
 void rdzv_core_tick(rdzv_core_t *self, int64_t now_ms)

@@ -34,10 +34,21 @@ typedef struct {
     int64_t dead_after_ms;
     bool do_fsync, repair;
     bool nccl_default;           /* groups get server-made IDs by default */
+    int max_nccl_ids;            /* IDs per epoch a group may ask for */
     const char *nccl_helper;     /* path of rdzv-nccl-root, NULL without NCCL */
     int nccl_root_timeout_s;
     const char *state_dir;
 } rdzv_config_t;
+
+/* Who makes a group's NCCL unique IDs. */
+typedef enum {
+    RDZV_NCCL_NONE,
+    RDZV_NCCL_SERVER,            /* rdzvd, roots in a helper process */
+    RDZV_NCCL_RANK0,             /* rank 0's process, sent with its join */
+} rdzv_nccl_mode_t;
+
+const char *rdzv_nccl_mode_name(rdzv_nccl_mode_t mode);
+int rdzv_nccl_mode_parse(const char *name, rdzv_nccl_mode_t *out);
 
 typedef struct {
     char *session, *host, *node;
@@ -63,9 +74,11 @@ typedef struct {
     bool complete;
     int joined;                  /* ranks that joined the current epoch */
     int waiting;                 /* members with a join waiting */
-    bool nccl;                   /* server-made NCCL IDs */
-    char *nccl_hex;              /* this epoch's ID, NULL until complete */
-    rdzv_ncclroot_t *root;       /* the helper hosting the ID's root */
+    rdzv_nccl_mode_t nccl_mode;
+    int nccl_count;              /* IDs per epoch */
+    cJSON *nccl_ids;             /* this epoch's IDs (hex strings), NULL until complete */
+    cJSON *rank0_ids;            /* rank0 mode: what rank 0 brought to this epoch */
+    rdzv_ncclroot_t *root;       /* the helper hosting server-made roots */
     rdzv_member_t **members;     /* world entries, NULL until joined */
     char *members_json;          /* cached at completion */
     zhashx_t *kv;                /* key -> value, current epoch only */
@@ -114,7 +127,7 @@ int rdzv_core_record(rdzv_core_t *self, cJSON *record);
 /* Applies one record to memory (replay and live). 0 or -1. */
 int rdzv_core_apply(void *self, const cJSON *record);
 rdzv_group_t *rdzv_core_group(rdzv_core_t *self, const char *name);
-rdzv_group_t *rdzv_group_new(const char *name, int world, bool nccl);
+rdzv_group_t *rdzv_group_new(const char *name, int world, rdzv_nccl_mode_t mode, int count);
 void rdzv_group_free(void **item);
 void rdzv_core_log(const char *event, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

@@ -38,8 +38,12 @@ static int s_apply_group(rdzv_core_t *self, const cJSON *rec, const char *name)
     if (s_num(rec, "world", &world) < 0 || world <= 0 || world > self->cfg.max_world
         || rdzv_core_group(self, name))
         return -1;
-    const cJSON *nccl = cJSON_GetObjectItemCaseSensitive(rec, "nccl");
-    rdzv_group_t *g = rdzv_group_new(name, (int) world, cJSON_IsTrue(nccl));
+    rdzv_nccl_mode_t mode;
+    int64_t count = 1;
+    if (rdzv_nccl_mode_parse(s_str(rec, "nccl"), &mode) < 0
+        || (s_num(rec, "nccl_ids", &count) == 0 && (count < 1 || count > 64)))
+        return -1;
+    rdzv_group_t *g = rdzv_group_new(name, (int) world, mode, (int) count);
     if (!g)
         return -1;
     zhashx_insert(self->groups, name, g);
@@ -83,8 +87,10 @@ static int s_apply_epoch(rdzv_group_t *g, const cJSON *rec)
         if (g->members[r] && g->members[r]->epoch == epoch)
             g->joined++;
     rdzv_ncclroot_destroy(&g->root);
-    free(g->nccl_hex);
-    g->nccl_hex = NULL;
+    cJSON_Delete(g->nccl_ids);
+    g->nccl_ids = NULL;
+    cJSON_Delete(g->rank0_ids);
+    g->rank0_ids = NULL;
     free(g->members_json);
     g->members_json = NULL;
     zhashx_purge(g->kv);
@@ -96,9 +102,9 @@ static int s_apply_complete(rdzv_group_t *g, const cJSON *rec)
     int64_t epoch;
     if (s_num(rec, "epoch", &epoch) < 0 || epoch != g->epoch)
         return -1;
-    const char *hex = s_str(rec, "nccl_id");
-    free(g->nccl_hex);
-    g->nccl_hex = hex ? strdup(hex) : NULL;
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(rec, "nccl_ids");
+    cJSON_Delete(g->nccl_ids);
+    g->nccl_ids = cJSON_IsArray(ids) ? cJSON_Duplicate(ids, 1) : cJSON_CreateArray();
     g->complete = true;
     return 0;
 }

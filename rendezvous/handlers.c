@@ -49,9 +49,42 @@ static int s_record_join(rdzv_core_t *self, rdzv_group_t *g, const rdzv_request_
     return rdzv_core_record(self, rec);
 }
 
+static rdzv_nccl_mode_t s_requested_mode(rdzv_core_t *self, const rdzv_request_t *req)
+{
+    rdzv_nccl_mode_t mode = self->cfg.nccl_default ? RDZV_NCCL_SERVER : RDZV_NCCL_NONE;
+    if (req->nccl_id)
+        rdzv_nccl_mode_parse(req->nccl_id, &mode);
+    /* Without NCCL in rdzvd a server-made ID is impossible: null, as documented. */
+    return mode == RDZV_NCCL_SERVER && !self->cfg.nccl_helper ? RDZV_NCCL_NONE : mode;
+}
+
+/* In rank0 mode rank 0 must bring exactly the group's number of IDs and
+ * nobody else may bring any; checked before anything is recorded. */
+static bool s_rank0_ids_ok(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
+{
+    rdzv_group_t *g = rdzv_core_group(self, req->group);
+    rdzv_nccl_mode_t mode = g ? g->nccl_mode : s_requested_mode(self, req);
+    int count = g ? g->nccl_count : (req->nccl_ids ? req->nccl_ids : 1);
+    int brought = req->rank0_ids ? cJSON_GetArraySize(req->rank0_ids) : 0;
+    if (mode == RDZV_NCCL_RANK0 && req->rank == 0 && brought != count) {
+        rdzv_core_error(self, peer, RDZV_E_BAD_REQUEST,
+                        "rank 0 of rank0-mode group %s must send %d IDs in "
+                        "nccl_unique_ids_from_rank0, not %d", req->group, count, brought);
+        return false;
+    }
+    if (brought && (mode != RDZV_NCCL_RANK0 || req->rank != 0)) {
+        rdzv_core_error(self, peer, RDZV_E_BAD_REQUEST,
+                        "only rank 0 of a rank0-mode group sends nccl_unique_ids_from_rank0");
+        return false;
+    }
+    return true;
+}
+
 static rdzv_group_t *s_join_group(rdzv_core_t *self, const rdzv_peer_t *peer,
                                   const rdzv_request_t *req)
 {
+    if (!s_rank0_ids_ok(self, peer, req))
+        return NULL;
     rdzv_group_t *g = rdzv_core_group(self, req->group);
     if (g) {
         if (g->world != req->world) {
@@ -61,12 +94,12 @@ static rdzv_group_t *s_join_group(rdzv_core_t *self, const rdzv_peer_t *peer,
         }
         return g;
     }
-    bool nccl = req->nccl_id ? strcmp(req->nccl_id, "server") == 0 : self->cfg.nccl_default;
     cJSON *rec = cJSON_CreateObject();
     cJSON_AddStringToObject(rec, "t", "group");
     cJSON_AddStringToObject(rec, "g", req->group);
     cJSON_AddNumberToObject(rec, "world", req->world);
-    cJSON_AddBoolToObject(rec, "nccl", nccl && self->cfg.nccl_helper);
+    cJSON_AddStringToObject(rec, "nccl", rdzv_nccl_mode_name(s_requested_mode(self, req)));
+    cJSON_AddNumberToObject(rec, "nccl_ids", req->nccl_ids ? req->nccl_ids : 1);
     if (rdzv_core_record(self, rec) < 0) {
         rdzv_core_error(self, peer, RDZV_E_INTERNAL, "cannot record group %s", req->group);
         return NULL;
@@ -104,6 +137,10 @@ static void s_handle_join(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv
     if ((!same_session || m->epoch < g->epoch) && s_record_join(self, g, req) < 0) {
         rdzv_core_error(self, peer, RDZV_E_INTERNAL, "cannot record the join");
         return;
+    }
+    if (req->rank0_ids) {
+        cJSON_Delete(g->rank0_ids);
+        g->rank0_ids = cJSON_Duplicate(req->rank0_ids, 1);
     }
     m = g->members[req->rank];
     if (!m->waiting && !g->complete)

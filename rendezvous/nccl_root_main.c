@@ -1,5 +1,5 @@
-/* rdzv-nccl-root: hosts one NCCL bootstrap root for rdzvd.
- * Prints the unique ID as hex on stdout, then waits. NCCL's root thread
+/* rdzv-nccl-root TIMEOUT [COUNT]: hosts NCCL bootstrap roots for rdzvd.
+ * Prints COUNT unique IDs (default 1) as hex lines on stdout, then waits. NCCL's root thread
  * leaves once every rank has checked in; then this prints "done" and exits.
  * It prints "timeout" and exits when argv[1] seconds pass first, and exits
  * at once when stdin reaches EOF (rdzvd is gone), so no root outlives the
@@ -33,16 +33,19 @@ static int s_thread_count(void)
 int main(int argc, char **argv)
 {
     long timeout_s = argc > 1 ? strtol(argv[1], NULL, 10) : 600;
+    long count = argc > 2 ? strtol(argv[2], NULL, 10) : 1;
     int before = s_thread_count();
-    ncclUniqueId id;
-    ncclResult_t rc = ncclGetUniqueId(&id);
-    if (rc != ncclSuccess) {
-        fprintf(stderr, "rdzv-nccl-root: ncclGetUniqueId: %s\n", ncclGetErrorString(rc));
-        return 1;
+    for (long i = 0; i < count; i++) {
+        ncclUniqueId id;
+        ncclResult_t rc = ncclGetUniqueId(&id);
+        if (rc != ncclSuccess) {
+            fprintf(stderr, "rdzv-nccl-root: ncclGetUniqueId: %s\n", ncclGetErrorString(rc));
+            return 1;
+        }
+        char hex[2 * sizeof id.internal + 1];
+        rdzv_hex_encode((const unsigned char *) id.internal, sizeof id.internal, hex);
+        printf("%s\n", hex);
     }
-    char hex[2 * sizeof id.internal + 1];
-    rdzv_hex_encode((const unsigned char *) id.internal, sizeof id.internal, hex);
-    printf("%s\n", hex);
     fflush(stdout);
     int64_t deadline = rdzv_now_ms() + timeout_s * 1000;
     for (;;) {

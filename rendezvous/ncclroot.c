@@ -46,11 +46,12 @@ static int s_read_line(int fd, char *buf, size_t cap, int timeout_ms)
     return -1;
 }
 
-static pid_t s_spawn(const char *helper, int timeout_s, int in_fd, int out_fd)
+static pid_t s_spawn(const char *helper, int timeout_s, int count, int in_fd, int out_fd)
 {
-    char timeout[32];
+    char timeout[32], ids[32];
     snprintf(timeout, sizeof timeout, "%d", timeout_s);
-    char *argv[] = { (char *) helper, timeout, NULL };
+    snprintf(ids, sizeof ids, "%d", count);
+    char *argv[] = { (char *) helper, timeout, ids, NULL };
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, in_fd, STDIN_FILENO);
@@ -62,8 +63,8 @@ static pid_t s_spawn(const char *helper, int timeout_s, int in_fd, int out_fd)
     return pid;
 }
 
-rdzv_ncclroot_t *rdzv_ncclroot_start(const char *helper, int timeout_s,
-                                     char *hex_out, char *err, size_t errlen)
+rdzv_ncclroot_t *rdzv_ncclroot_start(const char *helper, int timeout_s, int count,
+                                     cJSON *ids, char *err, size_t errlen)
 {
     int in[2], out[2];
     if (!helper) {
@@ -74,7 +75,7 @@ rdzv_ncclroot_t *rdzv_ncclroot_start(const char *helper, int timeout_s,
         snprintf(err, errlen, "pipe: %s", strerror(errno));
         return NULL;
     }
-    pid_t pid = s_spawn(helper, timeout_s, in[0], out[1]);
+    pid_t pid = s_spawn(helper, timeout_s, count, in[0], out[1]);
     close(in[0]);
     close(out[1]);
     rdzv_ncclroot_t *self = calloc(1, sizeof *self);
@@ -83,14 +84,16 @@ rdzv_ncclroot_t *rdzv_ncclroot_start(const char *helper, int timeout_s,
         goto fail;
     }
     *self = (rdzv_ncclroot_t) { .pid = pid, .to_helper = in[1], .from_helper = out[0] };
-    char line[RDZV_NCCL_ID_HEX + 64];
-    int n = s_read_line(out[0], line, sizeof line, S_START_TIMEOUT_MS);
-    if (n != RDZV_NCCL_ID_HEX) {
-        snprintf(err, errlen, "%s gave no ID: %s", helper, n > 0 ? line : "no output");
-        rdzv_ncclroot_destroy(&self);
-        return NULL;
+    for (int i = 0; i < count; i++) {
+        char line[RDZV_NCCL_ID_HEX + 64];
+        int n = s_read_line(out[0], line, sizeof line, S_START_TIMEOUT_MS);
+        if (n != RDZV_NCCL_ID_HEX) {
+            snprintf(err, errlen, "%s gave no ID: %s", helper, n > 0 ? line : "no output");
+            rdzv_ncclroot_destroy(&self);
+            return NULL;
+        }
+        cJSON_AddItemToArray(ids, cJSON_CreateString(line));
     }
-    memcpy(hex_out, line, RDZV_NCCL_ID_HEX + 1);
     fcntl(out[0], F_SETFL, fcntl(out[0], F_GETFL) | O_NONBLOCK);
     return self;
 fail:

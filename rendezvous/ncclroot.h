@@ -5,16 +5,17 @@
 #ifndef RDZV_NCCLROOT_H
 #define RDZV_NCCLROOT_H
 
+#include <cjson/cJSON.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
 typedef struct rdzv_ncclroot rdzv_ncclroot_t;
 
 /* Starts helper with a root timeout of timeout_s and waits (up to 10 s) for
- * its ID: hex_out gets 256 hex characters and a NUL. NULL on failure,
- * reason in err. */
-rdzv_ncclroot_t *rdzv_ncclroot_start(const char *helper, int timeout_s,
-                                     char *hex_out, char *err, size_t errlen);
+ * its count IDs, appended to ids as 256-character hex strings. NULL on
+ * failure, reason in err. */
+rdzv_ncclroot_t *rdzv_ncclroot_start(const char *helper, int timeout_s, int count,
+                                     cJSON *ids, char *err, size_t errlen);
 /* Ends the helper (and the root in it) and reaps it. */
 void rdzv_ncclroot_destroy(rdzv_ncclroot_t **self_p);
 /* The helper's stdout: readable when it reports "done" or "timeout". */

@@ -82,6 +82,26 @@ static int s_int(s_ctx_t *c, const char *name, bool required, double lo, double 
     return 0;
 }
 
+/* rank0 mode: rank 0 brings the IDs its own process made. */
+static int s_hex_ids(s_ctx_t *c, rdzv_request_t *r)
+{
+    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(c->root, "nccl_unique_ids_from_rank0");
+    if (!ids)
+        return 0;
+    int n = cJSON_GetArraySize(ids);
+    if (!cJSON_IsArray(ids) || n < 1 || n > RDZV_MAX_NCCL_IDS)
+        return s_fail(c, RDZV_E_BAD_REQUEST, "field \"%s\" must be an array of 1..16 IDs",
+                      "nccl_unique_ids_from_rank0");
+    const cJSON *id;
+    unsigned char raw[RDZV_NCCL_ID_BYTES];
+    cJSON_ArrayForEach(id, ids)
+        if (!cJSON_IsString(id) || rdzv_hex_decode(id->valuestring, raw, sizeof raw) < 0)
+            return s_fail(c, RDZV_E_BAD_REQUEST, "field \"%s\" holds an ID that is not 256 hex characters",
+                          "nccl_unique_ids_from_rank0");
+    r->rank0_ids = ids;
+    return 0;
+}
+
 static int s_parse_join(s_ctx_t *c, int max_world, rdzv_request_t *r)
 {
     int64_t world = 0, rank = 0, timeout = RDZV_DEFAULT_TIMEOUT_MS;
@@ -100,8 +120,15 @@ static int s_parse_join(s_ctx_t *c, int max_world, rdzv_request_t *r)
                  (long long) rank, (long long) world);
         return -1;
     }
-    if (r->nccl_id && strcmp(r->nccl_id, "server") != 0 && strcmp(r->nccl_id, "none") != 0)
-        return s_fail(c, RDZV_E_BAD_REQUEST, "field \"%s\" must be \"server\" or \"none\"", "nccl_id");
+    if (r->nccl_id && strcmp(r->nccl_id, "server") != 0 && strcmp(r->nccl_id, "none") != 0
+        && strcmp(r->nccl_id, "rank0") != 0)
+        return s_fail(c, RDZV_E_BAD_REQUEST,
+                      "field \"%s\" must be \"server\", \"rank0\" or \"none\"", "nccl_id");
+    int64_t count = 0;
+    if (s_int(c, "nccl_ids", false, 1, RDZV_MAX_NCCL_IDS, RDZV_E_BAD_REQUEST, &count) < 0
+        || s_hex_ids(c, r) < 0)
+        return -1;
+    r->nccl_ids = (int) count;
     const cJSON *members = cJSON_GetObjectItemCaseSensitive(c->root, "members");
     if (members && !cJSON_IsBool(members))
         return s_fail(c, RDZV_E_BAD_REQUEST, "field \"%s\" must be a boolean", "members");

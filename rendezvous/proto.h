@@ -24,6 +24,8 @@ typedef struct {
     int64_t id;
     const char *group, *host, *node, *session, *key, *value, *nccl_id;
     int world, rank;
+    int nccl_ids;              /* join: IDs per epoch, 0 if not given */
+    const cJSON *rank0_ids;    /* join: rank 0's IDs in rank0 mode */
     int64_t epoch;
     int64_t timeout_ms;
     bool members;              /* join: include the members list */

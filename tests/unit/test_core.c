@@ -73,7 +73,7 @@ static void s_collect(void)
 static void s_send(int who, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void s_send(int who, const char *fmt, ...)
 {
-    char frame[1024];
+    char frame[2048];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(frame, sizeof frame, fmt, ap);
@@ -329,6 +329,50 @@ START_TEST(test_status)
 }
 END_TEST
 
+static const char *s_hex(char fill)
+{
+    static char hex[257];
+    memset(hex, fill, 256);
+    hex[256] = '\0';
+    return hex;
+}
+
+START_TEST(test_rank0_mode)
+{
+    /* Rank 1 creates the group in rank0 mode and waits for rank 0's IDs. */
+    s_send(1, "{\"v\":1,\"id\":1,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":1,"
+           "\"host\":\"h\",\"node\":\"b\",\"session\":\"s1\",\"nccl_id\":\"rank0\",\"nccl_ids\":2}");
+    ck_assert_ptr_null(replies[1]);
+    /* Rank 0 without its IDs, or with the wrong count: refused, nothing joins. */
+    s_send(0, "{\"v\":1,\"id\":2,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":0,"
+           "\"host\":\"h\",\"node\":\"a\",\"session\":\"s0\"}");
+    ck_assert_str_eq(s_error(0), RDZV_E_BAD_REQUEST);
+    s_send(0, "{\"v\":1,\"id\":3,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":0,"
+           "\"host\":\"h\",\"node\":\"a\",\"session\":\"s0\",\"nccl_unique_ids_from_rank0\":[\"%s\"]}",
+           s_hex('a'));
+    ck_assert_str_eq(s_error(0), RDZV_E_BAD_REQUEST);
+    ck_assert_ptr_null(replies[1]);
+    s_clear_replies();
+    char ids[600];
+    snprintf(ids, sizeof ids, "[\"%s\",", s_hex('a'));
+    snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "\"%s\"]", s_hex('b'));
+    s_send(0, "{\"v\":1,\"id\":4,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":0,"
+           "\"host\":\"h\",\"node\":\"a\",\"session\":\"s0\",\"nccl_unique_ids_from_rank0\":%s}", ids);
+    for (int r = 0; r < 2; r++) {
+        const cJSON *a = s_assignment(r);
+        ck_assert_str_eq(cJSON_GetObjectItem(a, "nccl_unique_id")->valuestring, s_hex('a'));
+        const cJSON *all = cJSON_GetObjectItem(a, "nccl_unique_ids");
+        ck_assert_int_eq(cJSON_GetArraySize(all), 2);
+        ck_assert_str_eq(cJSON_GetArrayItem(all, 1)->valuestring, s_hex('b'));
+    }
+    /* Only rank 0 brings IDs. */
+    s_send(2, "{\"v\":1,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":1,\"host\":\"h\","
+           "\"node\":\"b\",\"session\":\"s1\",\"nccl_unique_ids_from_rank0\":%s}", ids);
+    ck_assert_str_eq(s_error(2), RDZV_E_BAD_REQUEST);
+    s_clear_replies();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("core");
@@ -347,6 +391,7 @@ int main(void)
     tcase_add_test(tc, test_delete_frees_plans_and_waiters);
     tcase_add_test(tc, test_ports_exhausted);
     tcase_add_test(tc, test_status);
+    tcase_add_test(tc, test_rank0_mode);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

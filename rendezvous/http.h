@@ -1,0 +1,34 @@
+/* rdzvd's HTTP endpoint for operators (libmicrohttpd, one internal thread):
+ * /healthz, /readyz, /metrics (Prometheus text 0.0.4), /v1/groups and
+ * /v1/groups/NAME. It only reads the core, and only under core->lock. */
+#ifndef RDZV_HTTP_H
+#define RDZV_HTTP_H
+
+#include <stddef.h>
+
+#include "core.h"
+
+typedef struct rdzv_http rdzv_http_t;
+
+/* Starts serving on addr_port: "PORT" (loopback), "IPV4:PORT" or
+ * "[IPV6]:PORT", numeric addresses only; port 0 lets the kernel choose.
+ * Until rdzv_http_set_core, /healthz answers 200 and /readyz 503.
+ * NULL on failure with the reason, naming --http, in err. */
+rdzv_http_t *rdzv_http_new(const char *addr_port, char *err, size_t errlen);
+/* Serves core's state from now on (it has been replayed: /readyz turns
+ * 200). core stays the caller's and must outlive the server, or be
+ * detached first with core NULL. */
+void rdzv_http_set_core(rdzv_http_t *self, rdzv_core_t *core);
+/* The port actually bound (useful after port 0). */
+int rdzv_http_port(const rdzv_http_t *self);
+/* Stops the thread and closes the socket; NULLs *self_p; NULL is fine. */
+void rdzv_http_destroy(rdzv_http_t **self_p);
+
+/* Splits "PORT", "HOST:PORT" or "[HOST]:PORT" into a numeric socket address
+ * (loopback when no host is given). 0 or -1 with the reason in err.
+ * Exposed for the tests. */
+struct sockaddr_storage;
+int rdzv_http_parse_addr(const char *addr_port, struct sockaddr_storage *out,
+                         char *err, size_t errlen);
+
+#endif
