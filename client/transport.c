@@ -4,6 +4,7 @@
  * for a given session (a repeated join is a resume); it is what carries a
  * client through a lost reply or a rdzvd restart. */
 #include "transport.h"
+#include "security.h"
 
 #include "rdzv.h"
 #include "rdzv_private.h"
@@ -22,6 +23,7 @@ struct rdzv_transport {
     void *sock;
     int64_t next_id;
     int sends;
+    char *token;                 /* sent with every request when set */
 };
 
 void rdzv_set_error(char *err, size_t errlen, const char *fmt, ...)
@@ -73,6 +75,11 @@ rdzv_transport_t *rdzv_transport_new(const char *endpoint, char *err, size_t err
         errno = EIO;
         return NULL;
     }
+    if (rdzv_security_configure(self->sock, &self->token, err, errlen) < 0) {
+        rdzv_transport_destroy(&self);
+        errno = EINVAL;
+        return NULL;
+    }
     if (zmq_connect(self->sock, endpoint) != 0) {
         int saved = zmq_errno();
         rdzv_set_error(err, errlen, "bad server endpoint '%s': %s", endpoint,
@@ -93,6 +100,7 @@ void rdzv_transport_destroy(rdzv_transport_t **self_p)
         zmq_close(self->sock);
     if (self->ctx)
         zmq_ctx_term(self->ctx);
+    free(self->token);
     free(self);
     *self_p = NULL;
 }
@@ -206,8 +214,10 @@ int rdzv_transport_call(rdzv_transport_t *self, cJSON *req, int64_t deadline_ms,
 {
     int64_t id = self->next_id++;
     cJSON_DeleteItemFromObjectCaseSensitive(req, "id");
+    cJSON_DeleteItemFromObjectCaseSensitive(req, "token");
     char *text = NULL;
-    if (cJSON_AddNumberToObject(req, "id", (double) id))
+    if (cJSON_AddNumberToObject(req, "id", (double) id)
+        && (!self->token || cJSON_AddStringToObject(req, "token", self->token)))
         text = cJSON_PrintUnformatted(req);
     if (!text) {
         rdzv_set_error(err, errlen, "out of memory");

@@ -36,5 +36,7 @@
 #define RDZV_E_PORTS_EXHAUSTED "ports_exhausted"
 #define RDZV_E_TIMEOUT         "timeout"
 #define RDZV_E_INTERNAL        "internal"
+#define RDZV_E_FORBIDDEN       "forbidden"
+#define RDZV_E_LIMIT           "limit"
 
 #endif

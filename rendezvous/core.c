@@ -283,6 +283,19 @@ rdzv_reply_t *rdzv_core_take_outbox(rdzv_core_t *self, size_t *count)
     return out;
 }
 
+/* Compares in constant time so the reply time does not reveal a prefix. */
+static bool s_token_ok(const char *want, const cJSON *root)
+{
+    const cJSON *token = cJSON_GetObjectItemCaseSensitive(root, "token");
+    if (!cJSON_IsString(token))
+        return false;
+    size_t n = strlen(want), m = strlen(token->valuestring);
+    unsigned char diff = (unsigned char) (n != m);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char) (want[i] ^ token->valuestring[i < m ? i : 0]);
+    return diff == 0;
+}
+
 void rdzv_core_handle(rdzv_core_t *self, const rdzv_peer_t *peer,
                       const char *frame, size_t len, int64_t now_ms)
 {
@@ -297,6 +310,11 @@ void rdzv_core_handle(rdzv_core_t *self, const rdzv_peer_t *peer,
         return;
     }
     from.req = req.id;
+    if (self->cfg.group_token && !s_token_ok(self->cfg.group_token, req.root)) {
+        rdzv_core_error(self, &from, RDZV_E_FORBIDDEN, "missing or wrong group token");
+        rdzv_request_clear(&req);
+        return;
+    }
     rdzv_handle_request(self, &from, &req);
     rdzv_request_clear(&req);
 }

@@ -38,6 +38,7 @@ typedef struct {
     const char *nccl_helper;     /* path of rdzv-nccl-root, NULL without NCCL */
     int nccl_root_timeout_s;
     const char *state_dir;
+    const char *group_token;     /* every request must carry it; NULL: none */
 } rdzv_config_t;
 
 /* Who makes a group's NCCL unique IDs. */

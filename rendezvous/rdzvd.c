@@ -18,9 +18,12 @@
 
 typedef struct {
     rdzv_config_t cfg;
+    rdzv_server_security_t security;
     const char *bind;
     const char *endpoint_file;
+    const char *token_file;
     bool no_nccl;
+    bool insecure_bind_any;
 } s_options_t;
 
 static void s_usage(FILE *out)
@@ -40,6 +43,10 @@ static void s_usage(FILE *out)
         "  --no-fsync               do not fsync the journal (benchmarks only)\n"
         "  --repair                 cut a journal corrupted in the middle at the damage\n"
         "  --endpoint-file PATH     write the bound endpoint to PATH once serving\n"
+        "  --curve-secret FILE      rdzvd's secret certificate (rdzv keygen): CURVE on\n"
+        "  --clients DIR            public certificates of the clients accepted\n"
+        "  --group-token FILE       every request must carry this token\n"
+        "  --insecure-bind-any      without keys, serve other than loopback anyway\n"
         "  --help, --version\n",
         RDZV_DEFAULT_BIND, RDZV_DEFAULT_PORT_BASE, RDZV_DEFAULT_PORTS_PER_RANK,
         RDZV_DEFAULT_PORT_LIMIT, RDZV_DEFAULT_MAX_WORLD);
@@ -87,7 +94,9 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         { "nccl-helper", required_argument, 0, 'n' }, { "no-nccl", no_argument, 0, 'N' },
         { "no-fsync", no_argument, 0, 'F' }, { "repair", no_argument, 0, 'R' },
         { "endpoint-file", required_argument, 0, 'e' }, { "help", no_argument, 0, 'h' },
-        { "version", no_argument, 0, 'V' }, { 0, 0, 0, 0 },
+        { "version", no_argument, 0, 'V' }, { "curve-secret", required_argument, 0, 'C' },
+        { "clients", required_argument, 0, 'L' }, { "group-token", required_argument, 0, 'T' },
+        { "insecure-bind-any", no_argument, 0, 'I' }, { 0, 0, 0, 0 },
     };
     int c, dead_after = 15;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -106,6 +115,10 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         case 'F': o->cfg.do_fsync = false; break;
         case 'R': o->cfg.repair = true; break;
         case 'e': o->endpoint_file = optarg; break;
+        case 'C': o->security.curve_secret = optarg; break;
+        case 'L': o->security.clients_dir = optarg; break;
+        case 'T': o->token_file = optarg; break;
+        case 'I': o->insecure_bind_any = true; break;
         case 'h': s_usage(stdout); exit(0);
         case 'V': printf("rdzvd %s\n", RDZV_VERSION); exit(0);
         default: s_usage(stderr); return -1;
@@ -148,6 +161,56 @@ static int s_check_range(const rdzv_config_t *cfg)
     return 0;
 }
 
+static bool s_is_loopback(const char *host)
+{
+    return strncmp(host, "127.", 4) == 0 || strcmp(host, "localhost") == 0
+           || strcmp(host, "[::1]") == 0 || strcmp(host, "::1") == 0;
+}
+
+/* Without CURVE anyone who reaches the port can join any group, so an open
+ * rdzvd serves loopback only unless told otherwise. Rewrites a wildcard tcp
+ * endpoint into out; refuses another non-loopback address. */
+static int s_open_bind(const s_options_t *o, char *out, size_t outlen)
+{
+    snprintf(out, outlen, "%s", o->bind);
+    if (o->security.curve_secret || o->insecure_bind_any || strncmp(o->bind, "tcp://", 6) != 0)
+        return 0;
+    const char *host = o->bind + 6;
+    const char *colon = strrchr(host, ':');
+    if (!colon)
+        return 0;
+    char name[256];
+    snprintf(name, sizeof name, "%.*s", (int) (colon - host), host);
+    if (s_is_loopback(name))
+        return 0;
+    if (strcmp(name, "*") == 0 || strcmp(name, "0.0.0.0") == 0 || strcmp(name, "[::]") == 0) {
+        snprintf(out, outlen, "tcp://127.0.0.1%s", colon);
+        rdzv_core_log("open", "NO CURVE KEYS: anyone who reaches rdzvd can join any group; "
+                      "serving loopback only (%s). Give --curve-secret and --clients, or "
+                      "--insecure-bind-any to serve %s anyway", out, o->bind);
+        return 0;
+    }
+    fprintf(stderr, "rdzvd: refusing to serve %s without CURVE keys (--curve-secret, --clients); "
+            "add --insecure-bind-any to do it anyway\n", o->bind);
+    return -1;
+}
+
+static char *s_read_token(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char buf[4097] = "";
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+        buf[--n] = '\0';
+    if (n == 0) {
+        fprintf(stderr, "rdzvd: cannot read a token from %s (--group-token)\n", path);
+        return NULL;
+    }
+    return strdup(buf);
+}
+
 static void s_write_endpoint(const char *path, const char *endpoint)
 {
     char tmp[PATH_MAX];
@@ -177,16 +240,23 @@ int main(int argc, char **argv)
     o.cfg.nccl_helper = NULL;
 #endif
     o.cfg.nccl_default = o.cfg.nccl_helper && !o.no_nccl;
-    char err[512];
+    char err[512], bind[512];
+    char *token = NULL;
+    if (s_open_bind(&o, bind, sizeof bind) < 0
+        || (o.token_file && !(token = s_read_token(o.token_file))))
+        return 2;
+    o.cfg.group_token = token;
     rdzv_core_t *core = rdzv_core_new(&o.cfg, err, sizeof err);
     if (!core) {
         fprintf(stderr, "rdzvd: %s\n", err);
+        free(token);
         return 1;
     }
-    rdzv_server_t *server = rdzv_server_new(core, o.bind, err, sizeof err);
+    rdzv_server_t *server = rdzv_server_new(core, bind, &o.security, err, sizeof err);
     if (!server) {
         fprintf(stderr, "rdzvd: %s\n", err);
         rdzv_core_destroy(&core);
+        free(token);
         return 1;
     }
     rdzv_core_log("start", "version=%s endpoint=%s state=%s ports=[%d,%d) per_rank=%d nccl=%s",
@@ -199,5 +269,6 @@ int main(int argc, char **argv)
     rdzv_core_log("stop", "signal received; exiting");
     rdzv_server_destroy(&server);
     rdzv_core_destroy(&core);
+    free(token);
     return 0;
 }

@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define S_BATCH 4096             /* requests handled before one commit */
 #define S_TICK_MS 100
@@ -11,6 +12,7 @@
 struct rdzv_server {
     rdzv_core_t *core;
     zsock_t *router;
+    zactor_t *auth;              /* ZAP handler checking client keys */
     zloop_t *loop;
     char *endpoint;
 };
@@ -96,7 +98,39 @@ static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
     return 0;
 }
 
+/* zauth must run before the socket binds so that no handshake escapes it. */
+static int s_secure(rdzv_server_t *self, const rdzv_server_security_t *sec,
+                    char *err, size_t errlen)
+{
+    if (!sec || (!sec->curve_secret && !sec->clients_dir))
+        return 0;
+    if (!sec->curve_secret || !sec->clients_dir) {
+        snprintf(err, errlen, "--curve-secret and --clients go together");
+        return -1;
+    }
+    zcert_t *cert = zcert_load(sec->curve_secret);
+    if (!cert || streq(zcert_secret_txt(cert), "0000000000000000000000000000000000000000")) {
+        zcert_destroy(&cert);
+        snprintf(err, errlen, "cannot load a secret key from %s (--curve-secret)", sec->curve_secret);
+        return -1;
+    }
+    struct stat st;
+    if (stat(sec->clients_dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        zcert_destroy(&cert);
+        snprintf(err, errlen, "--clients %s is not a directory", sec->clients_dir);
+        return -1;
+    }
+    self->auth = zactor_new(zauth, NULL);
+    zstr_sendx(self->auth, "CURVE", sec->clients_dir, NULL);
+    zsock_wait(self->auth);
+    zcert_apply(cert, self->router);
+    zsock_set_curve_server(self->router, 1);
+    zcert_destroy(&cert);
+    return 0;
+}
+
 rdzv_server_t *rdzv_server_new(rdzv_core_t *core, const char *endpoint,
+                               const rdzv_server_security_t *security,
                                char *err, size_t errlen)
 {
     rdzv_server_t *self = calloc(1, sizeof *self);
@@ -118,6 +152,10 @@ rdzv_server_t *rdzv_server_new(rdzv_core_t *core, const char *endpoint,
     /* A rendezvous is a burst of connects; libzmq's default backlog of 100
      * turns the burst into SYN retries. */
     zsock_set_backlog(self->router, 4096);
+    if (s_secure(self, security, err, errlen) < 0) {
+        rdzv_server_destroy(&self);
+        return NULL;
+    }
     if (zsock_bind(self->router, "%s", endpoint) < 0) {
         snprintf(err, errlen, "cannot bind %s: %s", endpoint, zmq_strerror(zmq_errno()));
         rdzv_server_destroy(&self);
@@ -137,6 +175,7 @@ void rdzv_server_destroy(rdzv_server_t **self_p)
     rdzv_server_t *self = *self_p;
     zloop_destroy(&self->loop);
     zsock_destroy(&self->router);
+    zactor_destroy(&self->auth);
     free(self->endpoint);
     free(self);
     *self_p = NULL;

@@ -8,7 +8,16 @@
 
 typedef struct rdzv_server rdzv_server_t;
 
+/* CURVE: curve_secret is rdzvd's secret certificate (zcert format) and
+ * clients_dir holds the public certificates of the clients it accepts.
+ * Both NULL: no encryption. */
+typedef struct {
+    const char *curve_secret;
+    const char *clients_dir;
+} rdzv_server_security_t;
+
 rdzv_server_t *rdzv_server_new(rdzv_core_t *core, const char *endpoint,
+                               const rdzv_server_security_t *security,
                                char *err, size_t errlen);
 void rdzv_server_destroy(rdzv_server_t **self_p);
 /* Runs until SIGINT/SIGTERM. Returns 0. */
