@@ -167,6 +167,8 @@ rdzv_core_t *rdzv_core_new(const rdzv_config_t *cfg, char *err, size_t errlen)
         return NULL;
     }
     s_retire_dead_roots(self);
+    if (cfg->compact_bytes && rdzv_journal_size(self->journal) > cfg->compact_bytes)
+        rdzv_core_compact(self);
     if (rdzv_core_commit(self) < 0) {
         snprintf(err, errlen, "cannot write the journal in %s", cfg->state_dir);
         rdzv_core_destroy(&self);
@@ -260,6 +262,8 @@ int rdzv_core_commit(rdzv_core_t *self)
     if (rdzv_journal_flush(self->journal) == 0) {
         rdzv_histogram_observe(&self->metrics.fsync_latency,
                                (double) (rdzv_now_ms() - started) / 1000.0);
+        if (self->cfg.compact_bytes && rdzv_journal_size(self->journal) > self->cfg.compact_bytes)
+            rdzv_core_compact(self);
         return 0;
     }
     /* The changes never reached the disk: nobody may learn of them, and

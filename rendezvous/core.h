@@ -39,6 +39,7 @@ typedef struct {
     int nccl_root_timeout_s;
     const char *state_dir;
     const char *group_token;     /* every request must carry it; NULL: none */
+    uint64_t compact_bytes;      /* compact the journal past this size; 0: never */
 } rdzv_config_t;
 
 /* Who makes a group's NCCL unique IDs. */
@@ -115,6 +116,8 @@ void rdzv_core_tick(rdzv_core_t *self, int64_t now_ms);
  * replaced by an "internal" error and the state is reloaded from disk.
  * Returns 0 or -1. */
 int rdzv_core_commit(rdzv_core_t *self);
+/* Rewrites the journal as the records of the current state (compact.c). */
+int rdzv_core_compact(rdzv_core_t *self);
 /* Takes the outbox; the caller sends and frees each reply's text and then
  * frees the array. */
 rdzv_reply_t *rdzv_core_take_outbox(rdzv_core_t *self, size_t *count);

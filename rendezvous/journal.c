@@ -15,6 +15,8 @@
 
 struct rdzv_journal {
     int fd;
+    int lock_fd;               /* the journal file itself is replaced by compaction */
+    char *dir;
     bool do_fsync;
     uint64_t size;
     char *buf;                 /* queued, not yet written */
@@ -58,24 +60,27 @@ rdzv_journal_t *rdzv_journal_open(const char *dir, bool do_fsync,
         return NULL;
     }
     char path[4096];
+    snprintf(path, sizeof path, "%s/lock", dir);
+    int lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lock_fd < 0 || flock(lock_fd, LOCK_EX | LOCK_NB) < 0) {
+        snprintf(err, errlen, "%s is in use by another rdzvd (%s)", dir, strerror(errno));
+        if (lock_fd >= 0)
+            close(lock_fd);
+        return NULL;
+    }
     snprintf(path, sizeof path, "%s/journal", dir);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0) {
+    rdzv_journal_t *self = fd >= 0 ? calloc(1, sizeof *self) : NULL;
+    if (!self || !(self->dir = strdup(dir))) {
         snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-        snprintf(err, errlen, "%s is in use by another rdzvd (flock: %s)", path, strerror(errno));
-        close(fd);
-        return NULL;
-    }
-    rdzv_journal_t *self = calloc(1, sizeof *self);
-    if (!self) {
-        close(fd);
-        snprintf(err, errlen, "out of memory");
+        if (fd >= 0)
+            close(fd);
+        close(lock_fd);
+        free(self);
         return NULL;
     }
     self->fd = fd;
+    self->lock_fd = lock_fd;
     self->do_fsync = do_fsync;
     return self;
 }
@@ -86,6 +91,8 @@ void rdzv_journal_destroy(rdzv_journal_t **self_p)
         return;
     rdzv_journal_t *self = *self_p;
     close(self->fd);
+    close(self->lock_fd);
+    free(self->dir);
     free(self->buf);
     free(self);
     *self_p = NULL;
@@ -239,6 +246,62 @@ fail:
     }
     self->len = 0;
     return -1;
+}
+
+static int s_fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+static int s_write_all(int fd, const char *buf, size_t len)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = write(fd, buf + done, len - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        done += (size_t) n;
+    }
+    return 0;
+}
+
+int rdzv_journal_compact(rdzv_journal_t *self, const cJSON *records)
+{
+    if (self->len > 0)
+        return -1;
+    rdzv_journal_t scratch = { .fd = -1 };
+    const cJSON *rec;
+    cJSON_ArrayForEach(rec, records)
+        if (rdzv_journal_append(&scratch, rec) < 0) {
+            free(scratch.buf);
+            return -1;
+        }
+    char tmp[4096], path[4096];
+    snprintf(tmp, sizeof tmp, "%s/journal.tmp", self->dir);
+    snprintf(path, sizeof path, "%s/journal", self->dir);
+    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    bool ok = fd >= 0 && s_write_all(fd, scratch.buf, scratch.len) == 0
+              && fdatasync(fd) == 0 && rename(tmp, path) == 0;
+    if (ok)
+        s_fsync_dir(self->dir);
+    free(scratch.buf);
+    if (!ok) {
+        if (fd >= 0)
+            close(fd);
+        unlink(tmp);
+        return -1;
+    }
+    close(self->fd);
+    self->fd = fd;
+    self->size = scratch.len;
+    return 0;
 }
 
 uint64_t rdzv_journal_size(const rdzv_journal_t *self)

@@ -36,6 +36,12 @@ bool rdzv_journal_pending(const rdzv_journal_t *self);
 /* Writes queued records and fsyncs. 0, or -1 (the records are dropped and
  * the caller must not send the replies that depended on them). */
 int rdzv_journal_flush(rdzv_journal_t *self);
+/* Replaces the journal with records (an array of record objects), which
+ * must rebuild the current state: written to a temporary file, fsynced,
+ * renamed over the journal and the directory fsynced, so a crash leaves
+ * either the old journal or the new one. Queued records must have been
+ * flushed first. 0 or -1 (the old journal stays). */
+int rdzv_journal_compact(rdzv_journal_t *self, const cJSON *records);
 /* Bytes in the journal file. */
 uint64_t rdzv_journal_size(const rdzv_journal_t *self);
 

@@ -152,6 +152,18 @@ int rdzv_plans_release_group(rdzv_plans_t *self, const char *group)
     return released;
 }
 
+void rdzv_plans_foreach(const rdzv_plans_t *self, const char *group, rdzv_plans_fn *fn, void *arg)
+{
+    zlistx_t *names = zhashx_keys(self->nodes);
+    for (const char *name = zlistx_first(names); name; name = zlistx_next(names)) {
+        const s_node_t *n = zhashx_lookup(self->nodes, name);
+        for (size_t i = 0; i < n->n; i++)
+            if (streq(n->blocks[i].group, group))
+                fn(arg, name, n->blocks[i].rank, n->blocks[i].start, n->blocks[i].count);
+    }
+    zlistx_destroy(&names);
+}
+
 int rdzv_plans_count(const rdzv_plans_t *self, const char *node)
 {
     s_node_t *n = zhashx_lookup(self->nodes, node);

@@ -42,6 +42,7 @@ static void s_usage(FILE *out)
         "  --no-nccl                groups get no NCCL ID unless they ask (nccl_id=server)\n"
         "  --no-fsync               do not fsync the journal (benchmarks only)\n"
         "  --repair                 cut a journal corrupted in the middle at the damage\n"
+        "  --compact-mib N          rewrite the journal as a snapshot past N MiB (default 64)\n"
         "  --endpoint-file PATH     write the bound endpoint to PATH once serving\n"
         "  --curve-secret FILE      rdzvd's secret certificate (rdzv keygen): CURVE on\n"
         "  --clients DIR            public certificates of the clients accepted\n"
@@ -96,9 +97,10 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         { "endpoint-file", required_argument, 0, 'e' }, { "help", no_argument, 0, 'h' },
         { "version", no_argument, 0, 'V' }, { "curve-secret", required_argument, 0, 'C' },
         { "clients", required_argument, 0, 'L' }, { "group-token", required_argument, 0, 'T' },
-        { "insecure-bind-any", no_argument, 0, 'I' }, { 0, 0, 0, 0 },
+        { "insecure-bind-any", no_argument, 0, 'I' }, { "compact-mib", required_argument, 0, 'M' },
+        { 0, 0, 0, 0 },
     };
-    int c, dead_after = 15;
+    int c, dead_after = 15, compact_mib = 64;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         int rc = 0;
         switch (c) {
@@ -119,6 +121,7 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         case 'L': o->security.clients_dir = optarg; break;
         case 'T': o->token_file = optarg; break;
         case 'I': o->insecure_bind_any = true; break;
+        case 'M': rc = s_int_arg("--compact-mib", optarg, 0, 1 << 20, &compact_mib); break;
         case 'h': s_usage(stdout); exit(0);
         case 'V': printf("rdzvd %s\n", RDZV_VERSION); exit(0);
         default: s_usage(stderr); return -1;
@@ -131,6 +134,7 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         return -1;
     }
     o->cfg.dead_after_ms = (int64_t) dead_after * 1000;
+    o->cfg.compact_bytes = (uint64_t) compact_mib << 20;
     return 0;
 }
 

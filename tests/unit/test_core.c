@@ -329,6 +329,38 @@ START_TEST(test_status)
 }
 END_TEST
 
+START_TEST(test_compaction_keeps_state)
+{
+    s_join(0, "a", 2, 0, "n0", "s0");
+    s_join(1, "a", 2, 1, "n1", "s1");
+    s_join(1, "a", 2, 1, "n1", "s1-new");          /* epoch 2 */
+    s_join(0, "a", 2, 0, "n0", "s0");
+    s_send(2, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":2,\"key\":\"k\",\"value\":\"v\"}");
+    s_join(3, "b", 3, 0, "n0", "t0");               /* a forming group */
+    for (int i = 0; i < 20; i++)
+        s_send(4, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":2,\"key\":\"k\",\"value\":\"v%d\"}", i);
+    char *before = cJSON_PrintUnformatted(s_assignment(1));
+    s_clear_replies();
+    uint64_t size = rdzv_journal_size(core->journal);
+    ck_assert_int_eq(rdzv_core_compact(core), 0);
+    ck_assert_uint_lt(rdzv_journal_size(core->journal), size);
+    rdzv_core_destroy(&core);
+    s_open();
+    s_join(1, "a", 2, 1, "n1", "s1-new");
+    char *after = cJSON_PrintUnformatted(s_assignment(1));
+    ck_assert_str_eq(before, after);
+    s_send(5, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"a\",\"epoch\":2,\"key\":\"k\"}");
+    ck_assert_str_eq(cJSON_GetObjectItem(replies[5], "value")->valuestring, "v19");
+    /* The forming group still waits for its other ranks, and plans hold. */
+    s_join(6, "b", 3, 1, "n0", "t1");
+    s_join(7, "b", 3, 2, "n0", "t2");
+    ck_assert_int_eq((int) cJSON_GetArrayItem(cJSON_GetObjectItem(s_assignment(6), "ports"), 0)->valuedouble, 19564);
+    free(before);
+    free(after);
+    s_clear_replies();
+}
+END_TEST
+
 static const char *s_hex(char fill)
 {
     static char hex[257];
@@ -392,6 +424,7 @@ int main(void)
     tcase_add_test(tc, test_ports_exhausted);
     tcase_add_test(tc, test_status);
     tcase_add_test(tc, test_rank0_mode);
+    tcase_add_test(tc, test_compaction_keeps_state);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
