@@ -160,7 +160,17 @@ rdzv_core_t *rdzv_core_new(const rdzv_config_t *cfg, char *err, size_t errlen)
         return NULL;
     }
     self->cfg = *cfg;
+    rdzv_limits_t *l = &self->cfg.limits;
+    if (l->max_groups <= 0)
+        l->max_groups = RDZV_DEFAULT_MAX_GROUPS;
+    if (l->max_kv_bytes == 0)
+        l->max_kv_bytes = RDZV_DEFAULT_MAX_KV_BYTES;
+    if (l->max_waits <= 0)
+        l->max_waits = RDZV_DEFAULT_MAX_WAITS;
+    if (l->max_rps == 0)
+        l->max_rps = RDZV_DEFAULT_MAX_RPS;
     pthread_mutex_init(&self->lock, NULL);
+    self->rate = rdzv_rate_new(l->max_rps);
     self->journal = rdzv_journal_open(cfg->state_dir, cfg->do_fsync, err, errlen);
     if (!self->journal || s_load(self, err, errlen) < 0) {
         rdzv_core_destroy(&self);
@@ -192,6 +202,7 @@ void rdzv_core_destroy(rdzv_core_t **self_p)
     zhashx_destroy(&self->groups);
     rdzv_plans_destroy(&self->plans);
     rdzv_journal_destroy(&self->journal);
+    rdzv_rate_destroy(&self->rate);
     s_drop_outbox(self);
     free(self->outbox);
     pthread_mutex_destroy(&self->lock);
@@ -308,6 +319,12 @@ void rdzv_core_handle(rdzv_core_t *self, const rdzv_peer_t *peer,
     const char *code = NULL;
     char msg[256];
     rdzv_peer_t from = *peer;
+    if (self->rate && !rdzv_rate_allow(self->rate, peer->id, peer->len, now_ms)) {
+        from.req = 0;
+        rdzv_core_error(self, &from, RDZV_E_LIMIT, "over %d requests per second on this connection",
+                        self->cfg.limits.max_rps);
+        return;
+    }
     if (rdzv_request_parse(frame, len, self->cfg.max_world, &req, &code, msg, sizeof msg) < 0) {
         from.req = req.id;
         rdzv_core_error(self, &from, code, "%s", msg);
@@ -352,9 +369,21 @@ static void s_tick_group(rdzv_core_t *self, rdzv_group_t *g, int64_t now_ms)
         rdzv_ncclroot_destroy(&g->root);     /* every rank arrived; reap the helper */
 }
 
+int rdzv_core_pending(rdzv_core_t *self)
+{
+    size_t n = 0;
+    for (rdzv_group_t *g = zhashx_first(self->groups); g; g = zhashx_next(self->groups))
+        n += (size_t) g->waiting + zlistx_size(g->kv_waiters);
+    return (int) n;
+}
+
 void rdzv_core_tick(rdzv_core_t *self, int64_t now_ms)
 {
     self->now_ms = now_ms;
+    if (self->rate && now_ms - self->last_prune_ms > 10000) {
+        rdzv_rate_prune(self->rate, now_ms, 10000);
+        self->last_prune_ms = now_ms;
+    }
     for (rdzv_group_t *g = zhashx_first(self->groups); g; g = zhashx_next(self->groups))
         s_tick_group(self, g, now_ms);
 }

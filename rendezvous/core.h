@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "journal.h"
+#include "quota.h"
 #include "metrics.h"
 #include "ncclroot.h"
 #include "plan.h"
@@ -40,6 +41,7 @@ typedef struct {
     const char *state_dir;
     const char *group_token;     /* every request must carry it; NULL: none */
     uint64_t compact_bytes;      /* compact the journal past this size; 0: never */
+    rdzv_limits_t limits;
 } rdzv_config_t;
 
 /* Who makes a group's NCCL unique IDs. */
@@ -85,6 +87,7 @@ typedef struct {
     char *members_json;          /* cached at completion */
     zhashx_t *kv;                /* key -> value, current epoch only */
     zlistx_t *kv_waiters;        /* rdzv_kv_waiter_t */
+    uint64_t kv_bytes;           /* keys + values of the current epoch */
 } rdzv_group_t;
 
 typedef struct {
@@ -97,6 +100,8 @@ typedef struct {
     bool replaying;
     int64_t now_ms;
     rdzv_metrics_t metrics;
+    rdzv_rate_t *rate;
+    int64_t last_prune_ms;
     /* Held by the loop thread while it handles a batch; other threads
      * (the HTTP server) hold it while they read anything above. */
     pthread_mutex_t lock;
@@ -116,6 +121,8 @@ void rdzv_core_tick(rdzv_core_t *self, int64_t now_ms);
  * replaced by an "internal" error and the state is reloaded from disk.
  * Returns 0 or -1. */
 int rdzv_core_commit(rdzv_core_t *self);
+/* Joins and kv waits pending now. */
+int rdzv_core_pending(rdzv_core_t *self);
 /* Rewrites the journal as the records of the current state (compact.c). */
 int rdzv_core_compact(rdzv_core_t *self);
 /* Takes the outbox; the caller sends and frees each reply's text and then

@@ -94,6 +94,7 @@ static int s_apply_epoch(rdzv_group_t *g, const cJSON *rec)
     free(g->members_json);
     g->members_json = NULL;
     zhashx_purge(g->kv);
+    g->kv_bytes = 0;
     return 0;
 }
 
@@ -128,6 +129,10 @@ static int s_apply_kv(rdzv_group_t *g, const cJSON *rec)
     char *copy = strdup(value);
     if (!copy)
         return -1;
+    const char *old = zhashx_lookup(g->kv, key);
+    if (old)
+        g->kv_bytes -= strlen(key) + strlen(old);
+    g->kv_bytes += strlen(key) + strlen(value);
     zhashx_update(g->kv, key, copy);
     return 0;
 }

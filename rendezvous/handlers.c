@@ -94,6 +94,11 @@ static rdzv_group_t *s_join_group(rdzv_core_t *self, const rdzv_peer_t *peer,
         }
         return g;
     }
+    if ((int) zhashx_size(self->groups) >= self->cfg.limits.max_groups) {
+        rdzv_core_error(self, peer, RDZV_E_LIMIT, "rdzvd holds %d groups, its limit",
+                        self->cfg.limits.max_groups);
+        return NULL;
+    }
     cJSON *rec = cJSON_CreateObject();
     cJSON_AddStringToObject(rec, "t", "group");
     cJSON_AddStringToObject(rec, "g", req->group);
@@ -109,6 +114,15 @@ static rdzv_group_t *s_join_group(rdzv_core_t *self, const rdzv_peer_t *peer,
 }
 
 /* Decides what a join means for the rank (docs/protocol.md, rules 2-5). */
+static bool s_wait_ok(rdzv_core_t *self, const rdzv_peer_t *peer)
+{
+    if (rdzv_core_pending(self) < self->cfg.limits.max_waits)
+        return true;
+    rdzv_core_error(self, peer, RDZV_E_LIMIT, "%d requests are waiting, the limit",
+                    self->cfg.limits.max_waits);
+    return false;
+}
+
 static void s_handle_join(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
 {
     rdzv_group_t *g = s_join_group(self, peer, req);
@@ -129,6 +143,8 @@ static void s_handle_join(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv
                         "group %s rank %d is held by a live session", g->name, req->rank);
         return;
     }
+    if (!(m && m->waiting) && !s_wait_ok(self, peer))
+        return;
     if (!same_session && in_epoch && g->complete
         && rdzv_group_next_epoch(self, g, "a rank restarted") < 0) {
         rdzv_core_error(self, peer, RDZV_E_INTERNAL, "cannot record the new epoch");
@@ -215,6 +231,13 @@ static void s_handle_kv(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv_r
         return;
     const char *value = zhashx_lookup(g->kv, req->key);
     if (req->op == RDZV_OP_KV_PUT) {
+        uint64_t grows = strlen(req->key) + strlen(req->value);
+        if (g->kv_bytes + grows > self->cfg.limits.max_kv_bytes) {
+            rdzv_core_error(self, peer, RDZV_E_LIMIT, "group %s holds %llu KV bytes; the limit is %llu",
+                            g->name, (unsigned long long) g->kv_bytes,
+                            (unsigned long long) self->cfg.limits.max_kv_bytes);
+            return;
+        }
         cJSON *rec = s_record("kv", g);
         cJSON_AddNumberToObject(rec, "epoch", (double) g->epoch);
         cJSON_AddStringToObject(rec, "key", req->key);
@@ -240,7 +263,7 @@ static void s_handle_kv(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv_r
     else if (req->op == RDZV_OP_KV_GET)
         rdzv_core_error(self, peer, RDZV_E_NOT_FOUND, "no key %s in group %s epoch %lld",
                         req->key, g->name, (long long) g->epoch);
-    else {
+    else if (s_wait_ok(self, peer)) {
         rdzv_kv_waiter_t *w = calloc(1, sizeof *w);
         if (!w || !(w->key = strdup(req->key))) {
             free(w);

@@ -43,6 +43,10 @@ static void s_usage(FILE *out)
         "  --no-fsync               do not fsync the journal (benchmarks only)\n"
         "  --repair                 cut a journal corrupted in the middle at the damage\n"
         "  --compact-mib N          rewrite the journal as a snapshot past N MiB (default 64)\n"
+        "  --max-groups N           groups held at once (default 100000)\n"
+        "  --max-kv-mib N           KV bytes per group and epoch (default 64)\n"
+        "  --max-waits N            joins and kv waits pending at once (default 1000000)\n"
+        "  --max-rps N              requests per second per connection, -1: no limit (default 1000)\n"
         "  --endpoint-file PATH     write the bound endpoint to PATH once serving\n"
         "  --curve-secret FILE      rdzvd's secret certificate (rdzv keygen): CURVE on\n"
         "  --clients DIR            public certificates of the clients accepted\n"
@@ -98,9 +102,11 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         { "version", no_argument, 0, 'V' }, { "curve-secret", required_argument, 0, 'C' },
         { "clients", required_argument, 0, 'L' }, { "group-token", required_argument, 0, 'T' },
         { "insecure-bind-any", no_argument, 0, 'I' }, { "compact-mib", required_argument, 0, 'M' },
+        { "max-groups", required_argument, 0, 'G' }, { "max-kv-mib", required_argument, 0, 'K' },
+        { "max-waits", required_argument, 0, 'W' }, { "max-rps", required_argument, 0, 'P' },
         { 0, 0, 0, 0 },
     };
-    int c, dead_after = 15, compact_mib = 64;
+    int c, dead_after = 15, compact_mib = 64, kv_mib = 64;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         int rc = 0;
         switch (c) {
@@ -122,6 +128,10 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         case 'T': o->token_file = optarg; break;
         case 'I': o->insecure_bind_any = true; break;
         case 'M': rc = s_int_arg("--compact-mib", optarg, 0, 1 << 20, &compact_mib); break;
+        case 'G': rc = s_int_arg("--max-groups", optarg, 1, 1 << 24, &o->cfg.limits.max_groups); break;
+        case 'K': rc = s_int_arg("--max-kv-mib", optarg, 1, 1 << 16, &kv_mib); break;
+        case 'W': rc = s_int_arg("--max-waits", optarg, 1, 1 << 28, &o->cfg.limits.max_waits); break;
+        case 'P': rc = s_int_arg("--max-rps", optarg, -1, 1 << 24, &o->cfg.limits.max_rps); break;
         case 'h': s_usage(stdout); exit(0);
         case 'V': printf("rdzvd %s\n", RDZV_VERSION); exit(0);
         default: s_usage(stderr); return -1;
@@ -135,6 +145,7 @@ static int s_parse(int argc, char **argv, s_options_t *o)
     }
     o->cfg.dead_after_ms = (int64_t) dead_after * 1000;
     o->cfg.compact_bytes = (uint64_t) compact_mib << 20;
+    o->cfg.limits.max_kv_bytes = (uint64_t) kv_mib << 20;
     return 0;
 }
 

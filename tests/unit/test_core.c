@@ -361,6 +361,41 @@ START_TEST(test_compaction_keeps_state)
 }
 END_TEST
 
+START_TEST(test_limits)
+{
+    rdzv_core_destroy(&core);
+    char err[256];
+    rdzv_config_t cfg = s_config();
+    cfg.limits = (rdzv_limits_t) { .max_groups = 1, .max_kv_bytes = 10, .max_waits = 2, .max_rps = 5 };
+    core = rdzv_core_new(&cfg, err, sizeof err);
+    ck_assert_ptr_nonnull(core);
+    s_join(0, "a", 3, 0, "n", "s0");
+    s_join(1, "b", 1, 0, "n", "s0");
+    ck_assert_str_eq(s_error(1), RDZV_E_LIMIT);                 /* groups */
+    s_join(2, "a", 3, 1, "n", "s1");
+    s_send(3, "{\"v\":1,\"op\":\"kv_wait\",\"group\":\"a\",\"epoch\":1,\"key\":\"k\"}");
+    ck_assert_str_eq(s_error(3), RDZV_E_LIMIT);                 /* pending waits */
+    s_send(4, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"k\",\"value\":\"12345678\"}");
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[4], "ok")));
+    s_send(5, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"j\",\"value\":\"x\"}");
+    ck_assert_str_eq(s_error(5), RDZV_E_LIMIT);                 /* KV bytes */
+    /* Requests per second per connection: a burst of 5, then refused. */
+    s_clear_replies();
+    for (int i = 0; i < 5; i++) {
+        s_send(6, "{\"v\":1,\"op\":\"status\"}");
+        ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[6], "ok")));
+    }
+    s_send(6, "{\"v\":1,\"op\":\"status\"}");
+    ck_assert_str_eq(s_error(6), RDZV_E_LIMIT);
+    now += 1000;                                                   /* refilled */
+    s_send(6, "{\"v\":1,\"op\":\"status\"}");
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[6], "ok")));
+    s_send(7, "{\"v\":1,\"op\":\"status\"}");               /* another connection */
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[7], "ok")));
+    s_clear_replies();
+}
+END_TEST
+
 static const char *s_hex(char fill)
 {
     static char hex[257];
@@ -425,6 +460,7 @@ int main(void)
     tcase_add_test(tc, test_status);
     tcase_add_test(tc, test_rank0_mode);
     tcase_add_test(tc, test_compaction_keeps_state);
+    tcase_add_test(tc, test_limits);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
