@@ -9,22 +9,6 @@
 #include <string.h>
 #include <time.h>
 
-void rdzv_core_log(const char *event, const char *fmt, ...)
-{
-    char when[32];
-    struct timespec ts;
-    struct tm tm;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
-    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
-    char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "rdzvd %s.%03ldZ %s %s\n", when, ts.tv_nsec / 1000000, event, line);
-}
-
 static void s_member_free(rdzv_member_t *m)
 {
     if (!m)

@@ -140,8 +140,7 @@ int rdzv_core_apply(void *self, const cJSON *record);
 rdzv_group_t *rdzv_core_group(rdzv_core_t *self, const char *name);
 rdzv_group_t *rdzv_group_new(const char *name, int world, rdzv_nccl_mode_t mode, int count);
 void rdzv_group_free(void **item);
-void rdzv_core_log(const char *event, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+#include "log.h"
 
 /* handlers.c */
 void rdzv_handle_request(rdzv_core_t *self, const rdzv_peer_t *peer, void *req);

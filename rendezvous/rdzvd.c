@@ -42,6 +42,7 @@ static void s_usage(FILE *out)
         "  --no-nccl                groups get no NCCL ID unless they ask (nccl_id=server)\n"
         "  --no-fsync               do not fsync the journal (benchmarks only)\n"
         "  --repair                 cut a journal corrupted in the middle at the damage\n"
+        "  --log-format text|json   one line per event, as text or a JSON object\n"
         "  --compact-mib N          rewrite the journal as a snapshot past N MiB (default 64)\n"
         "  --max-groups N           groups held at once (default 100000)\n"
         "  --max-kv-mib N           KV bytes per group and epoch (default 64)\n"
@@ -102,6 +103,7 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         { "version", no_argument, 0, 'V' }, { "curve-secret", required_argument, 0, 'C' },
         { "clients", required_argument, 0, 'L' }, { "group-token", required_argument, 0, 'T' },
         { "insecure-bind-any", no_argument, 0, 'I' }, { "compact-mib", required_argument, 0, 'M' },
+        { "log-format", required_argument, 0, 'f' },
         { "max-groups", required_argument, 0, 'G' }, { "max-kv-mib", required_argument, 0, 'K' },
         { "max-waits", required_argument, 0, 'W' }, { "max-rps", required_argument, 0, 'P' },
         { 0, 0, 0, 0 },
@@ -127,6 +129,13 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         case 'L': o->security.clients_dir = optarg; break;
         case 'T': o->token_file = optarg; break;
         case 'I': o->insecure_bind_any = true; break;
+        case 'f':
+            if (strcmp(optarg, "json") != 0 && strcmp(optarg, "text") != 0) {
+                fprintf(stderr, "rdzvd: --log-format must be text or json, not \"%s\"\n", optarg);
+                return -1;
+            }
+            rdzv_log_set_json(strcmp(optarg, "json") == 0);
+            break;
         case 'M': rc = s_int_arg("--compact-mib", optarg, 0, 1 << 20, &compact_mib); break;
         case 'G': rc = s_int_arg("--max-groups", optarg, 1, 1 << 24, &o->cfg.limits.max_groups); break;
         case 'K': rc = s_int_arg("--max-kv-mib", optarg, 1, 1 << 16, &kv_mib); break;

@@ -1,0 +1,119 @@
+#include "log.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static bool s_json;
+
+void rdzv_log_set_json(bool json)
+{
+    s_json = json;
+}
+
+static const char *s_level(const char *event)
+{
+    if (strcmp(event, "fatal") == 0)
+        return "error";
+    if (strcmp(event, "refuse") == 0 || strcmp(event, "open") == 0 || strcmp(event, "nccl") == 0)
+        return "warn";
+    return "info";
+}
+
+static bool s_is_integer(const char *s)
+{
+    if (*s == '-')
+        s++;
+    if (!*s || strlen(s) > 15)
+        return false;
+    for (; *s; s++)
+        if (!isdigit((unsigned char) *s))
+            return false;
+    return true;
+}
+
+/* Splits off the next word; a value in double quotes may hold spaces. */
+static char *s_next_word(char **cursor)
+{
+    char *p = *cursor;
+    while (*p == ' ')
+        p++;
+    if (!*p)
+        return NULL;
+    char *word = p;
+    bool quoted = false;
+    for (; *p && (quoted || *p != ' '); p++)
+        if (*p == '"')
+            quoted = !quoted;
+    if (*p)
+        *p++ = '\0';
+    *cursor = p;
+    return word;
+}
+
+static void s_add_field(cJSON *obj, char *key, char *value)
+{
+    size_t n = strlen(value);
+    if (n >= 2 && value[0] == '"' && value[n - 1] == '"') {
+        value[n - 1] = '\0';
+        value++;
+    } else if (s_is_integer(value)) {
+        cJSON_AddNumberToObject(obj, key, (double) strtoll(value, NULL, 10));
+        return;
+    }
+    cJSON_AddStringToObject(obj, key, value);
+}
+
+char *rdzv_log_json_line(const char *when, const char *event, const char *text)
+{
+    cJSON *obj = cJSON_CreateObject();
+    cJSON_AddStringToObject(obj, "time", when);
+    cJSON_AddStringToObject(obj, "level", s_level(event));
+    cJSON_AddStringToObject(obj, "event", event);
+    char *copy = strdup(text), *cursor = copy, *word;
+    char message[1024] = "";
+    while (copy && (word = s_next_word(&cursor))) {
+        char *eq = strchr(word, '='), *quote = strchr(word, '"');
+        if (eq && eq != word && (!quote || quote > eq)) {
+            *eq = '\0';
+            if (!cJSON_GetObjectItemCaseSensitive(obj, word))
+                s_add_field(obj, word, eq + 1);
+        } else {
+            size_t used = strlen(message);
+            snprintf(message + used, sizeof message - used, "%s%s", used ? " " : "", word);
+        }
+    }
+    if (*message)
+        cJSON_AddStringToObject(obj, "message", message);
+    free(copy);
+    char *line = cJSON_PrintUnformatted(obj);
+    cJSON_Delete(obj);
+    return line;
+}
+
+void rdzv_core_log(const char *event, const char *fmt, ...)
+{
+    char when[48], stamp[32], text[1024];
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(when, sizeof when, "%s.%03ldZ", stamp, ts.tv_nsec / 1000000);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (!s_json) {
+        fprintf(stderr, "rdzvd %s %s %s\n", when, event, text);
+        return;
+    }
+    char *line = rdzv_log_json_line(when, event, text);
+    if (line)
+        fprintf(stderr, "%s\n", line);
+    free(line);
+}
