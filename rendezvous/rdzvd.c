@@ -1,6 +1,7 @@
 /* rdzvd: the rendezvous server. Parses options, checks that the managed port
  * range cannot collide with kernel-chosen ports, then runs the server. */
 #include "core.h"
+#include "http.h"
 #include "server.h"
 #include "rdzv_proto.h"
 
@@ -21,6 +22,7 @@ typedef struct {
     rdzv_server_security_t security;
     const char *bind;
     const char *endpoint_file;
+    const char *http;
     const char *token_file;
     bool no_nccl;
     bool insecure_bind_any;
@@ -49,6 +51,8 @@ static void s_usage(FILE *out)
         "  --max-waits N            joins and kv waits pending at once (default 1000000)\n"
         "  --max-rps N              requests per second per connection, -1: no limit (default 1000)\n"
         "  --endpoint-file PATH     write the bound endpoint to PATH once serving\n"
+        "  --http [ADDR:]PORT       serve /healthz /readyz /metrics /v1/groups over HTTP\n"
+        "                           (off by default; PORT alone binds 127.0.0.1)\n"
         "  --curve-secret FILE      rdzvd's secret certificate (rdzv keygen): CURVE on\n"
         "  --clients DIR            public certificates of the clients accepted\n"
         "  --group-token FILE       every request must carry this token\n"
@@ -99,7 +103,7 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         { "dead-after", required_argument, 0, 'd' }, { "nccl-root-timeout", required_argument, 0, 't' },
         { "nccl-helper", required_argument, 0, 'n' }, { "no-nccl", no_argument, 0, 'N' },
         { "no-fsync", no_argument, 0, 'F' }, { "repair", no_argument, 0, 'R' },
-        { "endpoint-file", required_argument, 0, 'e' }, { "help", no_argument, 0, 'h' },
+        { "endpoint-file", required_argument, 0, 'e' }, { "http", required_argument, 0, 'H' }, { "help", no_argument, 0, 'h' },
         { "version", no_argument, 0, 'V' }, { "curve-secret", required_argument, 0, 'C' },
         { "clients", required_argument, 0, 'L' }, { "group-token", required_argument, 0, 'T' },
         { "insecure-bind-any", no_argument, 0, 'I' }, { "compact-mib", required_argument, 0, 'M' },
@@ -125,6 +129,7 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         case 'F': o->cfg.do_fsync = false; break;
         case 'R': o->cfg.repair = true; break;
         case 'e': o->endpoint_file = optarg; break;
+        case 'H': o->http = optarg; break;
         case 'C': o->security.curve_secret = optarg; break;
         case 'L': o->security.clients_dir = optarg; break;
         case 'T': o->token_file = optarg; break;
@@ -270,10 +275,17 @@ int main(int argc, char **argv)
         || (o.token_file && !(token = s_read_token(o.token_file))))
         return 2;
     o.cfg.group_token = token;
+    /* Up before the replay: /healthz answers and /readyz says 503 meanwhile. */
+    rdzv_http_t *http = NULL;
+    if (o.http && !(http = rdzv_http_new(o.http, err, sizeof err))) {
+        fprintf(stderr, "rdzvd: %s\n", err);
+        return 1;
+    }
     rdzv_core_t *core = rdzv_core_new(&o.cfg, err, sizeof err);
     if (!core) {
         fprintf(stderr, "rdzvd: %s\n", err);
         free(token);
+        rdzv_http_destroy(&http);
         return 1;
     }
     rdzv_server_t *server = rdzv_server_new(core, bind, &o.security, err, sizeof err);
@@ -281,8 +293,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "rdzvd: %s\n", err);
         rdzv_core_destroy(&core);
         free(token);
+        rdzv_http_destroy(&http);
         return 1;
     }
+    rdzv_http_set_core(http, core);
+    if (http)
+        rdzv_core_log("http", "port=%d", rdzv_http_port(http));
     rdzv_core_log("start", "version=%s endpoint=%s state=%s ports=[%d,%d) per_rank=%d nccl=%s",
                   RDZV_VERSION, rdzv_server_endpoint(server), o.cfg.state_dir,
                   o.cfg.port_base, o.cfg.port_limit, o.cfg.ports_per_rank,
@@ -291,6 +307,7 @@ int main(int argc, char **argv)
         s_write_endpoint(o.endpoint_file, rdzv_server_endpoint(server));
     rdzv_server_run(server);
     rdzv_core_log("stop", "signal received; exiting");
+    rdzv_http_destroy(&http);
     rdzv_server_destroy(&server);
     rdzv_core_destroy(&core);
     free(token);

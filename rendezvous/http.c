@@ -1,0 +1,359 @@
+/* rdzvd's operator endpoint over libmicrohttpd. Every handler takes the core
+ * lock for as long as it reads, renders into a private buffer and answers
+ * after releasing it, so a slow client never holds the loop thread up. */
+#include "http.h"
+
+#include "rdzv_proto.h"
+#include "rdzv_util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#ifndef RDZV_VERSION
+#define RDZV_VERSION "unknown"
+#endif
+
+#define S_CONNECTION_LIMIT 64
+#define S_CONNECTION_TIMEOUT_S 10
+/* A loop that has held the lock this long is wedged: /healthz fails. */
+#define S_HEALTH_LOCK_WAIT_MS 5000
+#define S_GROUPS_PATH "/v1/groups"
+#define S_MIME_JSON "application/json"
+#define S_MIME_TEXT "text/plain; charset=utf-8"
+#define S_MIME_PROMETHEUS "text/plain; version=0.0.4; charset=utf-8"
+
+struct rdzv_http {
+    struct MHD_Daemon *daemon;
+    _Atomic(rdzv_core_t *) core;
+    int port;
+};
+
+/* --- address parsing --- */
+
+static int s_parse_port(const char *text, in_port_t *out, char *err, size_t errlen)
+{
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (!*text || *end || errno || v < 0 || v > 65535) {
+        snprintf(err, errlen, "--http: port must be an integer in [0, 65535], not \"%s\"", text);
+        return -1;
+    }
+    *out = htons((in_port_t) v);
+    return 0;
+}
+
+int rdzv_http_parse_addr(const char *addr_port, struct sockaddr_storage *out,
+                         char *err, size_t errlen)
+{
+    char host[INET6_ADDRSTRLEN + 2] = "127.0.0.1";
+    const char *port = addr_port;
+    memset(out, 0, sizeof *out);
+    if (!addr_port || !*addr_port) {
+        snprintf(err, errlen, "--http: empty address (want PORT, HOST:PORT or [HOST]:PORT)");
+        return -1;
+    }
+    const char *colon = addr_port[0] == '[' ? strstr(addr_port, "]:") : strrchr(addr_port, ':');
+    if (addr_port[0] == '[' && !colon) {
+        snprintf(err, errlen, "--http: \"%s\" lacks \"]:PORT\"", addr_port);
+        return -1;
+    }
+    if (colon) {
+        const char *start = addr_port + (addr_port[0] == '[');
+        size_t len = (size_t) (colon - start);
+        if (len == 0 || len >= sizeof host) {
+            snprintf(err, errlen, "--http: bad host in \"%s\"", addr_port);
+            return -1;
+        }
+        memcpy(host, start, len);
+        host[len] = '\0';
+        if (addr_port[0] != '[' && strchr(host, ':')) {
+            snprintf(err, errlen, "--http: IPv6 goes in brackets: \"[%s]:PORT\"", host);
+            return -1;
+        }
+        port = colon + 1 + (addr_port[0] == '[');
+    }
+    struct sockaddr_in *in4 = (struct sockaddr_in *) out;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *) out;
+    if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+        in4->sin_family = AF_INET;
+        return s_parse_port(port, &in4->sin_port, err, errlen);
+    }
+    if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+        in6->sin6_family = AF_INET6;
+        return s_parse_port(port, &in6->sin6_port, err, errlen);
+    }
+    snprintf(err, errlen, "--http: \"%s\" is not a numeric IPv4 or IPv6 address "
+             "(IPv6 goes in brackets: [::1]:9400)", host);
+    return -1;
+}
+
+/* --- responses --- */
+
+/* Queues body (malloc'd; taken over, freed even on failure). */
+static enum MHD_Result s_answer(struct MHD_Connection *conn, unsigned status,
+                                const char *mime, char *body, size_t len)
+{
+    if (!body)
+        return MHD_NO;
+    struct MHD_Response *r = MHD_create_response_from_buffer_with_free_callback(len, body, free);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, mime);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    enum MHD_Result rc = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static enum MHD_Result s_text(struct MHD_Connection *conn, unsigned status, const char *text)
+{
+    return s_answer(conn, status, S_MIME_TEXT, strdup(text), strlen(text));
+}
+
+static char *s_json_error(const char *code, const char *message)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON *e = cJSON_AddObjectToObject(root, "error");
+    cJSON_AddStringToObject(e, "code", code);
+    cJSON_AddStringToObject(e, "message", message);
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return text;
+}
+
+static enum MHD_Result s_json(struct MHD_Connection *conn, unsigned status, char *text)
+{
+    return s_answer(conn, status, S_MIME_JSON, text, text ? strlen(text) : 0);
+}
+
+/* --- /metrics --- */
+
+static void s_histogram(FILE *f, const char *name, const char *help, const rdzv_histogram_t *h)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cumulative = 0;
+    for (int i = 0; i < RDZV_HIST_BUCKETS; i++) {
+        cumulative += h->buckets[i];
+        fprintf(f, "%s_bucket{le=\"%g\"} %llu\n", name, rdzv_hist_bounds[i],
+                (unsigned long long) cumulative);
+    }
+    fprintf(f, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long) h->count);
+    fprintf(f, "%s_sum %.9g\n%s_count %llu\n", name, h->sum, name, (unsigned long long) h->count);
+}
+
+static void s_metric(FILE *f, const char *name, const char *type, const char *help,
+                     unsigned long long value)
+{
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name, value);
+}
+
+/* Counts ranks that joined their group's current epoch, and ranks heard
+ * from within --dead-after. */
+static void s_count_ranks(rdzv_core_t *core, int64_t now_ms, unsigned long long *joined,
+                          unsigned long long *live)
+{
+    *joined = *live = 0;
+    for (rdzv_group_t *g = zhashx_first(core->groups); g; g = zhashx_next(core->groups))
+        for (int r = 0; r < g->world; r++) {
+            const rdzv_member_t *m = g->members[r];
+            if (!m)
+                continue;
+            *joined += m->epoch == g->epoch;
+            *live += now_ms - m->last_seen_ms < core->cfg.dead_after_ms;
+        }
+}
+
+static void s_render_metrics(rdzv_core_t *core, FILE *f)
+{
+    const rdzv_metrics_t *m = &core->metrics;
+    unsigned long long joined, live;
+    s_count_ranks(core, rdzv_now_ms(), &joined, &live);
+    fprintf(f, "# HELP rdzv_build_info rdzvd's version.\n# TYPE rdzv_build_info gauge\n"
+            "rdzv_build_info{version=\"%s\"} 1\n", RDZV_VERSION);
+    s_metric(f, "rdzv_groups", "gauge", "Groups rdzvd knows.", zhashx_size(core->groups));
+    s_metric(f, "rdzv_ranks_joined", "gauge", "Ranks that joined their group's current epoch.",
+             joined);
+    s_metric(f, "rdzv_ranks_live", "gauge", "Ranks heard from within --dead-after.", live);
+    s_metric(f, "rdzv_joins_total", "counter", "Join requests accepted.", m->joins);
+    s_metric(f, "rdzv_assignments_total", "counter", "Assignments sent to ranks.",
+             m->assignments);
+    s_metric(f, "rdzv_epoch_changes_total", "counter", "Groups moved to a new epoch.",
+             m->epoch_changes);
+    fprintf(f, "# HELP rdzv_refusals_total Requests refused, by error code.\n"
+            "# TYPE rdzv_refusals_total counter\n");
+    for (int i = 0; i < RDZV_ERROR_CODES; i++)
+        fprintf(f, "rdzv_refusals_total{code=\"%s\"} %llu\n", rdzv_error_codes[i],
+                (unsigned long long) m->refusals[i]);
+    s_histogram(f, "rdzv_join_to_assignment_seconds",
+                "Seconds from a rank's join to its assignment.", &m->join_latency);
+    s_metric(f, "rdzv_journal_bytes", "gauge", "Bytes in the journal file.",
+             (unsigned long long) rdzv_journal_size(core->journal));
+    s_histogram(f, "rdzv_journal_fsync_seconds", "Seconds one journal flush took.",
+                &m->fsync_latency);
+}
+
+static enum MHD_Result s_handle_metrics(struct MHD_Connection *conn, rdzv_core_t *core)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return MHD_NO;
+    pthread_mutex_lock(&core->lock);
+    s_render_metrics(core, f);
+    pthread_mutex_unlock(&core->lock);
+    if (fclose(f) != 0) {
+        free(text);
+        return MHD_NO;
+    }
+    return s_answer(conn, MHD_HTTP_OK, S_MIME_PROMETHEUS, text, len);
+}
+
+/* --- /v1/groups --- */
+
+static enum MHD_Result s_handle_groups(struct MHD_Connection *conn, rdzv_core_t *core,
+                                       const char *name)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON *groups = cJSON_AddArrayToObject(root, "groups");
+    bool found = true;
+    pthread_mutex_lock(&core->lock);
+    if (name) {
+        rdzv_group_t *g = rdzv_name_valid(name) ? rdzv_core_group(core, name) : NULL;
+        found = g != NULL;
+        if (g)
+            cJSON_AddItemToArray(groups, rdzv_group_status(core, g));
+    } else {
+        for (rdzv_group_t *g = zhashx_first(core->groups); g; g = zhashx_next(core->groups))
+            cJSON_AddItemToArray(groups, rdzv_group_status(core, g));
+    }
+    pthread_mutex_unlock(&core->lock);
+    char *text;
+    if (found)
+        text = cJSON_PrintUnformatted(root);
+    else {
+        char message[300];
+        snprintf(message, sizeof message, "no group %.255s", name);
+        text = s_json_error(RDZV_E_NOT_FOUND, message);
+    }
+    cJSON_Delete(root);
+    return s_json(conn, found ? MHD_HTTP_OK : MHD_HTTP_NOT_FOUND, text);
+}
+
+/* --- probes and dispatch --- */
+
+static enum MHD_Result s_handle_healthz(struct MHD_Connection *conn, rdzv_core_t *core)
+{
+    if (!core)
+        return s_text(conn, MHD_HTTP_OK, "ok\n");
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += S_HEALTH_LOCK_WAIT_MS / 1000;
+    if (pthread_mutex_timedlock(&core->lock, &deadline) != 0)
+        return s_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "loop busy\n");
+    pthread_mutex_unlock(&core->lock);
+    return s_text(conn, MHD_HTTP_OK, "ok\n");
+}
+
+static enum MHD_Result s_dispatch(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    rdzv_http_t *self = cls;
+    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+        return s_json(conn, MHD_HTTP_METHOD_NOT_ALLOWED,
+                      s_json_error("method_not_allowed", "only GET and HEAD are served"));
+    rdzv_core_t *core = atomic_load(&self->core);
+    if (strcmp(url, "/healthz") == 0)
+        return s_handle_healthz(conn, core);
+    if (strcmp(url, "/readyz") == 0)
+        return core ? s_text(conn, MHD_HTTP_OK, "ready\n")
+                    : s_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "replaying the journal\n");
+    bool known = strcmp(url, "/metrics") == 0 || strcmp(url, S_GROUPS_PATH) == 0
+                 || strncmp(url, S_GROUPS_PATH "/", strlen(S_GROUPS_PATH "/")) == 0;
+    if (!known)
+        return s_json(conn, MHD_HTTP_NOT_FOUND, s_json_error(RDZV_E_NOT_FOUND, "no such path"));
+    if (!core)
+        return s_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "replaying the journal\n");
+    if (strcmp(url, "/metrics") == 0)
+        return s_handle_metrics(conn, core);
+    if (strcmp(url, S_GROUPS_PATH) == 0)
+        return s_handle_groups(conn, core, NULL);
+    return s_handle_groups(conn, core, url + strlen(S_GROUPS_PATH "/"));
+}
+
+/* --- lifecycle --- */
+
+rdzv_http_t *rdzv_http_new(const char *addr_port, char *err, size_t errlen)
+{
+    struct sockaddr_storage addr;
+    if (rdzv_http_parse_addr(addr_port, &addr, err, errlen) < 0)
+        return NULL;
+    rdzv_http_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        snprintf(err, errlen, "--http: out of memory");
+        return NULL;
+    }
+    atomic_init(&self->core, NULL);
+    unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+    if (addr.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    /* The internal thread inherits this mask: signals stay with the loop. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    self->daemon = MHD_start_daemon(flags, 0, NULL, NULL, s_dispatch, self,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *) &addr,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned) S_CONNECTION_LIMIT,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned) S_CONNECTION_TIMEOUT_S,
+        MHD_OPTION_END);
+    int saved = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (!self->daemon) {
+        snprintf(err, errlen, "--http %s: cannot serve there (%s)", addr_port,
+                 saved ? strerror(saved) : "libmicrohttpd refused");
+        free(self);
+        return NULL;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(self->daemon,
+                                                           MHD_DAEMON_INFO_BIND_PORT);
+    self->port = info ? info->port : 0;
+    return self;
+}
+
+void rdzv_http_set_core(rdzv_http_t *self, rdzv_core_t *core)
+{
+    if (self)
+        atomic_store(&self->core, core);
+}
+
+int rdzv_http_port(const rdzv_http_t *self)
+{
+    return self ? self->port : -1;
+}
+
+void rdzv_http_destroy(rdzv_http_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    rdzv_http_t *self = *self_p;
+    if (self->daemon)
+        MHD_stop_daemon(self->daemon);
+    free(self);
+    *self_p = NULL;
+}

@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""examples/python/rdzv.py against a real rdzvd on loopback: ranks joining
+from threads, assignment fields, KV, status, heartbeat, refusals. TAP.
+Needs LIBRDZV (librdzv's path), RDZVD (rdzvd's path) and PYTHONPATH with
+examples/python."""
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import rdzv
+
+CASES = []
+
+
+def case(fn):
+    CASES.append(fn)
+    return fn
+
+
+class Server:
+    def __init__(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        epfile = os.path.join(self.tmp.name, "endpoint")
+        self.proc = subprocess.Popen(
+            [os.environ["RDZVD"], "--bind", "tcp://127.0.0.1:*", "--endpoint-file", epfile,
+             "--state-dir", os.path.join(self.tmp.name, "state"), "--no-nccl", "--no-fsync"],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.tmp.name, "log"), "w"))
+        deadline = time.time() + 20
+        while not os.path.exists(epfile):
+            if time.time() > deadline or self.proc.poll() is not None:
+                raise RuntimeError("rdzvd did not start")
+            time.sleep(0.02)
+        with open(epfile) as f:
+            self.endpoint = f.read().strip()
+
+    def close(self):
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+        self.tmp.cleanup()
+
+
+def join_all(endpoint, group, world, ranks=None, **kw):
+    """Joins ranks from one thread each; returns {rank: Assignment or RdzvError}."""
+    results = {}
+
+    def one(r):
+        with rdzv.Client(endpoint) as c:
+            try:
+                results[r] = c.join(group, world, r, timeout=20, **kw)
+            except rdzv.RdzvError as e:
+                results[r] = e
+
+    threads = [threading.Thread(target=one, args=(r,)) for r in (ranks or range(world))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return results
+
+
+@case
+def two_ranks_join_from_threads(srv):
+    got = join_all(srv.endpoint, "py", 2, host="127.0.0.1", node="n")
+    a0, a1 = got[0], got[1]
+    assert isinstance(a0, rdzv.Assignment) and isinstance(a1, rdzv.Assignment), got
+    assert (a0.rank, a1.rank) == (0, 1) and a0.world == a1.world == 2
+    assert a0.group == "py" and a0.epoch == a1.epoch == 1
+    assert a0.master_addr == a1.master_addr == "127.0.0.1"
+    assert a0.master_port == a1.master_port == a0.ports[0]
+    assert len(a0.ports) == len(a1.ports) == 32
+    assert not set(a0.ports) & set(a1.ports), "one node: plans must be disjoint"
+    assert a0.members == [("127.0.0.1", "n"), ("127.0.0.1", "n")]
+    assert a0.nccl_id_hex is None and a0.nccl_id is None and a0.nccl_ids_hex == []
+    assert a1.env["RDZV_RANK"] == "1" and a1.env["VLLM_PORT"] == str(a1.ports[0])
+    assert '"rank":1' in a1.json
+
+
+@case
+def kv_put_get_wait(srv):
+    a = join_all(srv.endpoint, "kv", 1)[0]
+    with rdzv.Client(srv.endpoint) as c, rdzv.Client(srv.endpoint) as w:
+        box = {}
+        t = threading.Thread(target=lambda: box.update(v=w.kv_wait("kv", a.epoch, "k", 20)))
+        t.start()
+        time.sleep(0.2)
+        c.kv_put("kv", a.epoch, "k", "v\u00e9")
+        t.join(30)
+        assert box.get("v") == "v\u00e9", box
+        assert c.kv_get("kv", a.epoch, "k") == "v\u00e9"
+        try:
+            c.kv_get("kv", a.epoch, "missing")
+            raise AssertionError("kv_get of a missing key succeeded")
+        except rdzv.RdzvError as e:
+            assert e.result == rdzv.ERR_REFUSED and e.code == "not_found", (e.result, e.code)
+
+
+@case
+def status_lists_the_group(srv):
+    join_all(srv.endpoint, "st", 2)
+    with rdzv.Client(srv.endpoint) as c:
+        groups = c.status("st")
+        assert len(groups) == 1 and groups[0]["group"] == "st", groups
+        assert groups[0]["world"] == 2 and groups[0]["joined"] == [0, 1]
+        assert "st" in [g["group"] for g in c.status()]
+        c.group_delete("st")
+        try:
+            c.status("st")
+            raise AssertionError("status of a deleted group succeeded")
+        except rdzv.RdzvError as e:
+            assert e.code == "not_found"
+
+
+def join_threads(joins):
+    """Runs client.join(*args) for each (client, args) from a thread of its own;
+    returns the Assignments (or RdzvErrors) in order."""
+    results = [None] * len(joins)
+
+    def one(i, client, args):
+        try:
+            results[i] = client.join(*args, timeout=20)
+        except rdzv.RdzvError as e:
+            results[i] = e
+
+    threads = [threading.Thread(target=one, args=(i, c, a)) for i, (c, a) in enumerate(joins)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return results
+
+
+@case
+def heartbeat_and_stale_epoch(srv):
+    with rdzv.Client(srv.endpoint) as c0, rdzv.Client(srv.endpoint) as c1, \
+            rdzv.Client(srv.endpoint) as c1_new:
+        a0, _ = join_threads([(c0, ("hb", 2, 0)), (c1, ("hb", 2, 1))])
+        assert c0.heartbeat("hb", 0, a0.epoch) == a0.epoch
+        # Rank 1 comes back as a new process (new session): epoch 2 forms.
+        box = {}
+        t = threading.Thread(target=lambda: box.update(a=c1_new.join("hb", 2, 1, timeout=20)))
+        t.start()
+        time.sleep(0.3)
+        try:
+            c0.heartbeat("hb", 0, a0.epoch)
+            raise AssertionError("heartbeat of a past epoch succeeded")
+        except rdzv.RdzvError as e:
+            assert e.code == "stale_epoch", (e.code, str(e))
+        again = c0.join("hb", 2, 0, timeout=20)
+        t.join(30)
+        assert again.epoch == box["a"].epoch == 2, (again, box)
+
+
+@case
+def refusal_and_timeout(srv):
+    with rdzv.Client(srv.endpoint) as c:
+        try:
+            c.join("bad", 2, 5, timeout=5)
+            raise AssertionError("rank 5 of 2 joined")
+        except rdzv.RdzvError as e:
+            assert e.result == rdzv.ERR_USAGE and e.result_name == "USAGE", (e.result, str(e))
+        c.join("wm", 1, 0, timeout=5)
+        try:
+            c.join("wm", 2, 1, timeout=5)
+            raise AssertionError("a join with another world size was accepted")
+        except rdzv.RdzvError as e:
+            assert e.result == rdzv.ERR_REFUSED and e.code == "world_mismatch", (e.result, e.code)
+            assert e.result_name == "REFUSED"
+        start = time.time()
+        try:
+            c.join("alone", 2, 0, timeout=1)
+            raise AssertionError("a group of 2 formed with one rank")
+        except rdzv.RdzvError as e:
+            assert e.result == rdzv.ERR_TIMEOUT, (e.result, str(e))
+        assert time.time() - start < 10
+
+
+@case
+def session_resumes(srv):
+    with rdzv.Client(srv.endpoint) as c:
+        first = c.join("solo", 1, 0, timeout=5)
+        session = c.session
+    assert session
+    with rdzv.Client(srv.endpoint, session=session) as again:
+        assert again.session == session
+        assert again.join("solo", 1, 0, timeout=5).epoch == first.epoch
+
+
+@case
+def bad_endpoint_and_closed_client(srv):
+    try:
+        rdzv.Client("not an endpoint").join("g", 1, 0, timeout=1)
+        raise AssertionError("a bad endpoint worked")
+    except rdzv.RdzvError:
+        pass
+    c = rdzv.Client(srv.endpoint)
+    c.close()
+    c.close()
+    try:
+        c.status()
+        raise AssertionError("a closed client worked")
+    except rdzv.RdzvError as e:
+        assert e.result == rdzv.ERR_USAGE
+
+
+def main():
+    srv = Server()
+    print(f"1..{len(CASES)}")
+    failed = 0
+    try:
+        for i, fn in enumerate(CASES, 1):
+            try:
+                fn(srv)
+                print(f"ok {i} - {fn.__name__}")
+            except Exception as e:  # a failing case must not stop the others
+                failed += 1
+                print(f"not ok {i} - {fn.__name__}\n# {type(e).__name__}: {e}")
+    finally:
+        srv.close()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
