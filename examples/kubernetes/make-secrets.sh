@@ -7,17 +7,14 @@
 #                                                    RDZV_CURVE_SECRET)
 #   rdzv-group-token   token                       (--group-token, RDZV_GROUP_TOKEN)
 # Usage: make-secrets.sh [kubectl args, e.g. -n NAMESPACE]
-# Needs python3 with pyzmq (Debian: python3-zmq), whose certificates are in
-# the ZPL format that czmq reads.
+# Needs the rdzv CLI on PATH (RDZV=path overrides): `rdzv keygen` writes
+# czmq certificates, the format rdzvd --clients and librdzv read.
 set -eu
+rdzv=${RDZV:-rdzv}
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-python3 - "$dir" <<'PY'
-import sys
-import zmq.auth
-zmq.auth.create_certificates(sys.argv[1], "server")
-zmq.auth.create_certificates(sys.argv[1], "client")
-PY
+"$rdzv" keygen "$dir/server.key" >/dev/null
+"$rdzv" keygen "$dir/client.key" >/dev/null
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$dir/token"
 kubectl "$@" create secret generic rdzv-server-curve --from-file="$dir/server.key_secret"
 kubectl "$@" create secret generic rdzv-clients --from-file="$dir/client.key"
