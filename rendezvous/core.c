@@ -116,7 +116,10 @@ static int s_load(rdzv_core_t *self, char *err, size_t errlen)
     self->replaying = false;
     if (n < 0)
         return -1;
-    if (torn)
+    if (torn && rdzv_journal_repaired_at(self->journal) >= 0)
+        rdzv_core_log("journal", "repair: cut %zu bytes from the corruption at offset %ld on",
+                      torn, rdzv_journal_repaired_at(self->journal));
+    else if (torn)
         rdzv_core_log("journal", "cut a torn last record of %zu bytes", torn);
     rdzv_core_log("journal", "replayed %ld records, %zu groups",
                   n, zhashx_size(self->groups));

@@ -19,6 +19,7 @@ struct rdzv_journal {
     char *dir;
     bool do_fsync;
     uint64_t size;
+    long repaired_at;          /* offset --repair cut at, or -1 */
     char *buf;                 /* queued, not yet written */
     size_t len, cap;
 };
@@ -81,6 +82,7 @@ rdzv_journal_t *rdzv_journal_open(const char *dir, bool do_fsync,
     }
     self->fd = fd;
     self->lock_fd = lock_fd;
+    self->repaired_at = -1;
     self->do_fsync = do_fsync;
     return self;
 }
@@ -133,14 +135,17 @@ static size_t s_record_at(const unsigned char *data, size_t len, size_t off)
     return S_HEADER + rlen;
 }
 
-/* A damaged record is a torn tail when it is the last thing in the file:
- * its header runs past the end, or its declared length ends exactly there. */
+/* A damaged record is a torn tail only when it is the last thing written:
+ * nothing valid follows it. A flipped bit in a middle record's length can
+ * make it look as if it ran past the end, so the length alone proves
+ * nothing; a valid record further on (its CRC matching by chance is
+ * negligible) proves the damage is in the middle. */
 static bool s_is_tail(const unsigned char *data, size_t len, size_t off)
 {
-    if (len - off < S_HEADER)
-        return true;
-    uint32_t rlen = s_get_u32(data + off);
-    return (uint64_t) off + S_HEADER + rlen >= len;
+    for (size_t p = off + 1; p + S_HEADER < len; p++)
+        if (s_record_at(data, len, p) > 0)
+            return false;
+    return true;
 }
 
 long rdzv_journal_replay(rdzv_journal_t *self, rdzv_journal_apply_fn *apply,
@@ -159,13 +164,15 @@ long rdzv_journal_replay(rdzv_journal_t *self, rdzv_journal_apply_fn *apply,
     while (off < len) {
         size_t rec = s_record_at(data, len, off);
         if (rec == 0) {
-            if (!s_is_tail(data, len, off) && !repair) {
+            bool tail = s_is_tail(data, len, off);
+            if (!tail && !repair) {
                 snprintf(err, errlen, "journal corrupt at offset %zu of %zu "
                          "(start with --repair to cut it there)", off, len);
                 free(data);
                 return -1;
             }
             *torn_bytes = len - off;
+            self->repaired_at = tail ? -1 : (long) off;
             break;
         }
         cJSON *record = cJSON_ParseWithLength((const char *) data + off + S_HEADER,
@@ -302,6 +309,11 @@ int rdzv_journal_compact(rdzv_journal_t *self, const cJSON *records)
     self->fd = fd;
     self->size = scratch.len;
     return 0;
+}
+
+long rdzv_journal_repaired_at(const rdzv_journal_t *self)
+{
+    return self->repaired_at;
 }
 
 uint64_t rdzv_journal_size(const rdzv_journal_t *self)

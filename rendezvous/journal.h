@@ -42,6 +42,9 @@ int rdzv_journal_flush(rdzv_journal_t *self);
  * either the old journal or the new one. Queued records must have been
  * flushed first. 0 or -1 (the old journal stays). */
 int rdzv_journal_compact(rdzv_journal_t *self, const cJSON *records);
+/* Where the last replay cut a journal corrupted in the middle (--repair),
+ * or -1 if it cut nothing or only a torn tail. */
+long rdzv_journal_repaired_at(const rdzv_journal_t *self);
 /* Bytes in the journal file. */
 uint64_t rdzv_journal_size(const rdzv_journal_t *self);
 

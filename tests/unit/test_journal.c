@@ -120,6 +120,32 @@ START_TEST(test_flipped_bit_in_middle_refused)
 }
 END_TEST
 
+/* A flipped bit in a middle record's length makes it reach past the end;
+ * that is still corruption, because valid records follow it. */
+START_TEST(test_flipped_length_in_middle_refused)
+{
+    s_write_records(5);
+    off_t record = s_size() / 5;
+    for (int byte = 0; byte < 4; byte++)
+        for (int bit = 0; bit < 8; bit++) {
+            teardown();
+            setup();
+            s_write_records(5);
+            int fd = open(path, O_RDWR);
+            unsigned char b;
+            ck_assert_int_eq(pread(fd, &b, 1, record + byte), 1);
+            b ^= (unsigned char) (1 << bit);
+            ck_assert_int_eq(pwrite(fd, &b, 1, record + byte), 1);
+            close(fd);
+            int seen;
+            size_t torn;
+            char err[256] = "";
+            ck_assert_msg(s_replay(false, &seen, &torn, err, sizeof err) == -1,
+                          "flip of bit %d in length byte %d was taken for a torn tail", bit, byte);
+        }
+}
+END_TEST
+
 START_TEST(test_second_open_refused)
 {
     char err[256];
@@ -151,6 +177,7 @@ int main(void)
     tcase_add_test(tc, test_roundtrip);
     tcase_add_test(tc, test_torn_tail_at_every_byte);
     tcase_add_test(tc, test_flipped_bit_in_middle_refused);
+    tcase_add_test(tc, test_flipped_length_in_middle_refused);
     tcase_add_test(tc, test_second_open_refused);
     tcase_add_test(tc, test_frame_layout);
     suite_add_tcase(s, tc);
