@@ -7,7 +7,8 @@ set -eu
 cd "$(dirname "$0")"
 
 PACKAGES="gcc meson ninja-build pkg-config libczmq-dev libzmq3-dev libcjson-dev
-check zlib1g-dev python3 python3-zmq iproute2 procps util-linux"
+check zlib1g-dev python3 python3-zmq iproute2 procps util-linux libmicrohttpd-dev python3-yaml scdoc
+clang libclang-rt-14-dev valgrind"
 
 as_root() {
     if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
@@ -47,6 +48,8 @@ run_tests() {
     build build-asan -Db_sanitize=address,undefined -Db_lundef=false
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
         meson test -C build-asan --print-errorlogs --num-processes 2
+    # libFuzzer: each harness of tests/fuzz for 30 s (clang, ASan, UBSan).
+    tests/fuzz/run.sh build-fuzz 30
 }
 
 case "${1:-}" in
