@@ -15,7 +15,14 @@
 
 #define SHIM_MAX_TRACKED 256
 
-typedef enum { S_UNKNOWN = 0, S_CONNECTED, S_OFF } s_state_t;
+/* S_OFF: no agent configured or none reached at the first try, so every
+ * call passes through. S_LOST: an agent was reached and then went away
+ * (restarting, say); binds in its range wait for it and never pass
+ * through, because the ports are its plan's. */
+typedef enum { S_UNKNOWN = 0, S_CONNECTED, S_OFF, S_LOST } s_state_t;
+
+#define S_AGENT_WAIT_MS 10000
+#define S_RETRY_MS 50
 
 typedef struct {
     int fd;
@@ -29,6 +36,7 @@ static bool s_have_path;
 static s_state_t s_state;
 static int s_fd = -1;
 static pid_t s_pid;
+static int s_wait_ms = S_AGENT_WAIT_MS;
 static _Atomic int s_base, s_limit;
 static s_tracked_t s_tracked[SHIM_MAX_TRACKED];
 static _Atomic size_t s_ntracked;
@@ -83,6 +91,9 @@ static void s_init(void)
         atomic_store(&s_base, base);
         atomic_store(&s_limit, limit);
     }
+    const char *wait = getenv("RDZV_SHIM_AGENT_WAIT_MS");
+    if (wait && *wait)
+        s_wait_ms = atoi(wait);
     pthread_atfork(s_atfork_prepare, s_atfork_parent, s_atfork_child);
 }
 
@@ -149,6 +160,31 @@ static int s_connect(void)
     return 0;
 }
 
+/* Under s_lock, after the agent went away: tries to reach it again for up
+ * to s_wait_ms (a restarted agent serves the same socket path). */
+static bool s_reconnect(void)
+{
+    for (int waited = 0;; waited += S_RETRY_MS) {
+        if (s_connect() == 0) {
+            static const char msg[] = "librdzv_shim: reached the agent again\n";
+            (void) !write(STDERR_FILENO, msg, sizeof msg - 1);
+            s_state = S_CONNECTED;
+            return true;
+        }
+        if (waited >= s_wait_ms)
+            return false;
+        usleep(S_RETRY_MS * 1000);
+    }
+}
+
+static void s_lose(void)
+{
+    static const char msg[] = "librdzv_shim: lost the agent; binds in its range wait for it\n";
+    (void) !write(STDERR_FILENO, msg, sizeof msg - 1);
+    s_drop_connection();
+    s_state = S_LOST;
+}
+
 /* Under s_lock: a live connection of this process, or false. */
 static bool s_ensure(void)
 {
@@ -184,7 +220,8 @@ bool rdzv_shim_agent_ready(void)
 {
     pthread_once(&s_once, s_init);
     pthread_mutex_lock(&s_lock);
-    bool ok = s_ensure();
+    /* A lost agent's range stays managed; rdzv_shim_agent_bind waits for it. */
+    bool ok = s_state == S_LOST || s_ensure();
     pthread_mutex_unlock(&s_lock);
     return ok;
 }
@@ -194,14 +231,20 @@ int rdzv_shim_agent_bind(const rdzv_agent_msg_t *req, rdzv_agent_msg_t *rep, int
     pthread_once(&s_once, s_init);
     pthread_mutex_lock(&s_lock);
     int rc = -1;
-    if (s_ensure()) {
+    if (s_state == S_LOST) {
+        rc = s_reconnect() ? s_exchange(req, rep, fd_out) : -2;
+    } else if (s_ensure()) {
         rc = s_exchange(req, rep, fd_out);
+        /* The connection may be to an agent that has since restarted. */
         if (rc < 0) {
-            s_say("lost the agent at", s_path);
-            s_drop_connection();
-            s_state = S_OFF;
+            s_lose();
+            rc = s_reconnect() ? s_exchange(req, rep, fd_out) : -2;
         }
     }
+    if (rc == -1 && s_state == S_CONNECTED)
+        s_lose();
+    if (rc == -1 && s_state == S_LOST)
+        rc = -2;
     pthread_mutex_unlock(&s_lock);
     return rc;
 }
@@ -237,10 +280,8 @@ void rdzv_shim_agent_closed(int fd)
         rdzv_agent_msg_t rep;
         int passed = -1;
         if (s_state == S_CONNECTED && s_pid == getpid()
-            && s_exchange(&req, &rep, &passed) < 0) {
-            s_drop_connection();
-            s_state = S_OFF;
-        }
+            && s_exchange(&req, &rep, &passed) < 0)
+            s_lose();
         break;
     }
     pthread_mutex_unlock(&s_lock);

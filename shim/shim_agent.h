@@ -18,7 +18,9 @@ bool rdzv_shim_agent_range(int *base, int *limit);
  * has said so once on stderr. */
 bool rdzv_shim_agent_ready(void);
 /* Sends a BIND request, receives the reply and the passed descriptor
- * (*fd_out, -1 if none). Returns 0, or -1 when the agent is unreachable. */
+ * (*fd_out, -1 if none). Returns 0; -1 when no agent is in use (pass the
+ * call through); -2 when the agent that was in use is gone and did not come
+ * back within RDZV_SHIM_AGENT_WAIT_MS (default 10000): fail the bind. */
 int rdzv_shim_agent_bind(const rdzv_agent_msg_t *req, rdzv_agent_msg_t *rep, int *fd_out);
 
 /* fd now holds the listener of hand-over handle. */

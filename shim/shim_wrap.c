@@ -148,7 +148,10 @@ static int s_managed_bind(int fd, const struct sockaddr *addr, socklen_t len,
     memcpy(req.addr, addr, req.addrlen);
     rdzv_agent_msg_t rep;
     int passed = -1;
-    if (rdzv_shim_agent_bind(&req, &rep, &passed) < 0)
+    int rc = rdzv_shim_agent_bind(&req, &rep, &passed);
+    if (rc == -2)
+        return EADDRINUSE;       /* the plan's agent is gone: never pass through */
+    if (rc < 0)
         return -1;
     if (rep.status != 0 || passed < 0) {
         if (passed >= 0)
