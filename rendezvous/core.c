@@ -3,6 +3,7 @@
 #include "rdzv_proto.h"
 #include "rdzv_util.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -266,7 +267,8 @@ int rdzv_core_commit(rdzv_core_t *self)
     }
     /* The changes never reached the disk: nobody may learn of them, and
      * memory goes back to what the disk holds. Clients resend their joins. */
-    rdzv_core_log("journal", "write failed; refusing this batch and reloading state");
+    rdzv_core_log("journal", "write failed (%s); refusing this batch and reloading state",
+                  strerror(errno));
     for (size_t i = 0; i < self->out_len; i++) {
         free(self->outbox[i].text);
         self->outbox[i].text = rdzv_reply_error(self->outbox[i].peer.req, RDZV_E_INTERNAL,

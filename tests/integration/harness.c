@@ -9,7 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static void s_spawn(rdzv_test_server_t *s, const char *bind)
+/* 0: serving; -1: rdzvd exited at start (its port was taken). */
+static int s_spawn(rdzv_test_server_t *s, const char *bind)
 {
     const char *exe = getenv("RDZVD");
     ck_assert_msg(exe != NULL, "RDZVD is not set");
@@ -34,30 +35,44 @@ static void s_spawn(rdzv_test_server_t *s, const char *bind)
             fclose(f);
             if (*line) {
                 snprintf(s->endpoint, sizeof s->endpoint, "%s", line);
-                return;
+                return 0;
             }
         }
-        if (waitpid(s->pid, NULL, WNOHANG) == s->pid)
-            ck_abort_msg("rdzvd exited at start; see %s/rdzvd.log", s->state_dir);
+        if (waitpid(s->pid, NULL, WNOHANG) == s->pid) {
+            s->pid = 0;
+            return -1;
+        }
         usleep(10000);
     }
     ck_abort_msg("rdzvd did not come up in 10 s");
+    return -1;
 }
 
 void rdzv_test_server_start(rdzv_test_server_t *s, const char *extra)
 {
     memset(s, 0, sizeof *s);
+    srand((unsigned) (getpid() ^ time(NULL)));
     strcpy(s->state_dir, "/tmp/rdzv-it-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(s->state_dir));
     snprintf(s->extra, sizeof s->extra, "%s", extra ? extra : "");
-    s_spawn(s, "tcp://127.0.0.1:*");
+    /* A port below the kernel's ephemeral range and the plans' range: a
+     * restart on a kernel-picked port can find it taken by a client's
+     * outgoing connection. */
+    for (int attempt = 0; attempt < 20; attempt++) {
+        char bind[64];
+        snprintf(bind, sizeof bind, "tcp://127.0.0.1:%d", 12000 + rand() % 7000);
+        if (s_spawn(s, bind) == 0)
+            return;
+    }
+    ck_abort_msg("rdzvd could not bind any port; see %s/rdzvd.log", s->state_dir);
 }
 
 void rdzv_test_server_restart(rdzv_test_server_t *s)
 {
     char bind[128];
     snprintf(bind, sizeof bind, "%s", s->endpoint);
-    s_spawn(s, bind);
+    ck_assert_msg(s_spawn(s, bind) == 0, "rdzvd did not restart on %s; see %s/rdzvd.log",
+                  bind, s->state_dir);
 }
 
 int rdzv_test_server_stop(rdzv_test_server_t *s, int sig)
