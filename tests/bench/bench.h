@@ -1,0 +1,60 @@
+/* rdzv-bench: shared declarations of the bench's parts (see rdzv_bench.c). */
+#ifndef RDZV_BENCH_H
+#define RDZV_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One simulated rank's outcome, in memory shared by every worker process.
+ * Times are CLOCK_MONOTONIC nanoseconds (one clock for every process). */
+typedef struct {
+    int64_t t_connect;       /* connect() called */
+    int64_t t_sent;          /* join (or floor request) written */
+    int64_t t_recv;          /* assignment (or floor reply) read in full */
+    int32_t ok;              /* 1: a valid assignment for this rank */
+    int32_t port;            /* first port of the plan (floor: 0) */
+} bench_rank_t;
+
+typedef enum { WIRE_ZMTP, WIRE_RAW } bench_wire_t;
+
+/* What one lean worker does: connect to 127.0.0.1:port for each rank listed,
+ * speak the wire, send its request, read one reply. */
+typedef struct {
+    bench_wire_t wire;
+    int port;
+    const int *ranks;        /* global rank indices this worker simulates */
+    size_t count;
+    int group_size;          /* ranks per group (world of each group) */
+    const char *group_prefix; /* group name is prefix + (global / group_size) */
+    const char *node_prefix;
+    bool members;            /* ask for the members list in replies */
+    int timeout_ms;
+    int window;              /* >0: at most this many connections of this
+                              * process wait for the server's greeting */
+    bench_rank_t *out;       /* indexed by global rank */
+} bench_lean_job_t;
+
+int64_t bench_now_ns(void);
+/* Raises RLIMIT_NOFILE's soft limit to the hard limit; returns the new soft one. */
+long bench_raise_nofile(void);
+/* Runs the job to completion (or timeout); returns the number of ranks
+ * that got a valid reply. */
+size_t bench_lean_run(const bench_lean_job_t *job);
+/* The join request text for one rank (malloc'd). */
+char *bench_join_json(const char *group, int world, int rank, const char *node,
+                      const char *session, bool members, int timeout_ms);
+/* Checks a join reply; returns 1 with *port set if it is an assignment for
+ * `rank`, else 0. */
+int bench_check_reply(const char *text, size_t len, int rank, int *port);
+
+/* The floor: a minimal epoll server. Forks it, listening on 127.0.0.1:0;
+ * it answers every connection once `expect` requests have arrived, then
+ * exits when its peers close. Returns its pid, the port in *port. */
+int bench_floor_spawn(size_t expect, size_t reply_bytes, int *port);
+/* The libzmq reference: a bare ROUTER that answers every DEALER with a
+ * minimal assignment once `expect` joins have arrived (what any zmq server
+ * pays before doing any work of its own). */
+int bench_zmq_floor_spawn(size_t expect, int *port);
+
+#endif

@@ -1,0 +1,278 @@
+#!/usr/bin/python3
+"""rdzv, PyTorch's TCPStore (libuv) and the floor, side by side, alternately,
+in one invocation. Prints one line per run, then medians and ratios, and a
+JSON summary (also to --out); --dat writes a gnuplot table.
+
+    compare.py --bench build/tests/bench/rdzv-bench --rdzvd build/rendezvous/rdzvd
+               [--ranks 1024,4096,16384] [--repeat 3] [--processes P]
+               [--fsync on|off] [--window W] [--out F.json] [--dat F.dat]
+
+Every system does the same work, connects inside the timing, from t0 (the
+moment the ready clients are released) to the last rank's answer:
+  rdzv:     N lean ZMTP clients join one group (rdzv-bench, wall_seconds)
+  TCPStore: N clients (threads spread over P processes) each construct a
+            TCPStore client (connect), add("join", 1); the rank that completes
+            the count sets a 128-byte "id" and "release"; all wait(["release"])
+            and get("id"). The server is a TCPStore master in its own process.
+  floor:    N raw TCP clients, one request and one reply each, against a bare
+            epoll server (rdzv-bench --floor, floor_seconds)
+Without torch the TCPStore half is skipped with a message. Standard library
+only, plus torch when present."""
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.abspath(__file__)
+
+
+def raise_nofile():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def proc_cpu_rss(pid):
+    """(cpu seconds of every live thread, RSS MiB) of a process."""
+    cpu = 0.0
+    try:
+        for t in os.listdir("/proc/%d/task" % pid):
+            with open("/proc/%d/task/%s/schedstat" % (pid, t)) as f:
+                cpu += int(f.read().split()[0]) / 1e9
+    except OSError:
+        pass
+    rss = 0.0
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    rss = int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return cpu, rss
+
+
+# ---- TCPStore: server and client processes ----------------------------------
+
+def tcpstore_server(args):
+    raise_nofile()
+    from datetime import timedelta
+    import torch.distributed as dist
+    store = dist.TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=args.timeout),
+                          wait_for_workers=False, use_libuv=True)
+    print(store.port, flush=True)
+    sys.stdin.read()          # until the harness closes our stdin
+    del store
+
+
+def tcpstore_clients(args):
+    raise_nofile()
+    from datetime import timedelta
+    import torch.distributed as dist
+    threading.stack_size(512 * 1024)
+    ranks = [int(x) for x in args.rank_list.split(",")] if args.rank_list else []
+    go = threading.Event()
+    results = [None] * len(ranks)
+    world = args.world
+    id_value = b"i" * 128
+
+    def rank_main(i):
+        go.wait()
+        t_start = time.monotonic()
+        try:
+            s = dist.TCPStore("127.0.0.1", args.port, world, False,
+                              timedelta(seconds=args.timeout), wait_for_workers=False,
+                              use_libuv=True)
+            n = s.add("join", 1)
+            if n == world:
+                s.set("id", id_value)
+                s.set("release", b"1")
+            s.wait(["release"])
+            ok = s.get("id") == id_value
+            results[i] = (t_start, time.monotonic(), ok)
+            keep.append(s)    # stay connected until all are done, as real ranks do
+        except Exception as e:  # noqa: BLE001 - reported, counted as a failure
+            results[i] = (t_start, time.monotonic(), False)
+            sys.stderr.write("rank %d: %s\n" % (ranks[i], e))
+
+    keep = []
+    threads = [threading.Thread(target=rank_main, args=(i,), daemon=True)
+               for i in range(len(ranks))]
+    for t in threads:
+        t.start()
+    print("ready", flush=True)
+    sys.stdin.readline()      # "go"
+    go.set()
+    for t in threads:
+        t.join()
+    print(json.dumps({"results": results}), flush=True)
+    sys.stdin.readline()      # "quit": only now do the connections close
+    os._exit(0)
+
+
+def run_tcpstore(n, processes, python, timeout):
+    srv = subprocess.Popen([python, HERE, "tcpstore-server", "--timeout", str(timeout)],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    port = int(srv.stdout.readline())
+    clients = []
+    for w in range(processes):
+        ranks = list(range(w, n, processes))
+        clients.append(subprocess.Popen(
+            [python, HERE, "tcpstore-clients", "--port", str(port), "--world", str(n),
+             "--timeout", str(timeout), "--rank-list", ",".join(map(str, ranks))],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+    for c in clients:
+        if c.stdout.readline().strip() != "ready":
+            raise RuntimeError("a TCPStore client process failed to start")
+    cpu0, _ = proc_cpu_rss(srv.pid)
+    t0 = time.monotonic()
+    for c in clients:
+        c.stdin.write("go\n")
+        c.stdin.flush()
+    results = []
+    for c in clients:
+        results += json.loads(c.stdout.readline())["results"]
+    cpu1, rss = proc_cpu_rss(srv.pid)
+    for c in clients:
+        c.stdin.write("quit\n")
+        c.stdin.flush()
+        c.wait()
+    srv.stdin.close()
+    srv.wait()
+    ok = [r for r in results if r and r[2]]
+    ends = [r[1] for r in ok]
+    lat = sorted((r[1] - r[0]) * 1e3 for r in ok)
+    return {"ranks": n, "assigned": len(ok),
+            "seconds": (max(ends) - t0) if ends else None,
+            "p99_ms": lat[int(0.99 * (len(lat) - 1))] if lat else None,
+            "server_cpu_s": cpu1 - cpu0, "server_rss_mib": rss}
+
+
+# ---- rdzv and the floor -------------------------------------------------------
+
+def run_rdzv(a, n):
+    argv = [a.bench, "--rdzvd", a.rdzvd, "--ranks", str(n), "--processes", str(a.processes),
+            "--floor", "--fsync", a.fsync, "--timeout", str(a.timeout)]
+    if a.window:
+        argv += ["--window", str(a.window)]
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=a.timeout * 3 + 60)
+    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    if not lines:
+        raise RuntimeError("rdzv-bench failed: %s" % p.stderr)
+    return json.loads(lines[-1])
+
+
+def have_torch(python):
+    return subprocess.run([python, "-c", "import torch.distributed as d; d.TCPStore"],
+                          capture_output=True).returncode == 0
+
+
+def med(v):
+    v = [x for x in v if x is not None]
+    return statistics.median(v) if v else None
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] in ("tcpstore-server", "tcpstore-clients"):
+        ap = argparse.ArgumentParser()
+        ap.add_argument("role")
+        ap.add_argument("--port", type=int, default=0)
+        ap.add_argument("--world", type=int, default=0)
+        ap.add_argument("--timeout", type=int, default=120)
+        ap.add_argument("--rank-list", default="")
+        a = ap.parse_args()
+        return tcpstore_server(a) if a.role == "tcpstore-server" else tcpstore_clients(a)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bench", required=True)
+    ap.add_argument("--rdzvd", required=True)
+    ap.add_argument("--ranks", default="1024,4096")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--processes", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--fsync", default="on", choices=["on", "off"])
+    ap.add_argument("--window", type=int, default=0)
+    ap.add_argument("--timeout", type=int, default=120)
+    ap.add_argument("--python", default=sys.executable, help="a python with torch")
+    ap.add_argument("--skip-torch", action="store_true")
+    ap.add_argument("--out")
+    ap.add_argument("--dat")
+    a = ap.parse_args()
+    raise_nofile()
+    torch_ok = not a.skip_torch and have_torch(a.python)
+    if not torch_ok:
+        print("# TCPStore: skipped (no torch in %s)" % a.python, flush=True)
+    sizes = [int(x) for x in a.ranks.split(",")]
+    runs = {n: {"rdzv": [], "floor": [], "tcpstore": [], "rdzv_cpu": [], "tcpstore_cpu": [],
+                "rdzv_rss": [], "tcpstore_rss": [], "release_p99": []} for n in sizes}
+    for rep in range(a.repeat):
+        for n in sizes:
+            # Alternate the order so that neither side always runs warm.
+            order = ["rdzv", "tcpstore"] if rep % 2 == 0 else ["tcpstore", "rdzv"]
+            for what in order:
+                if what == "rdzv":
+                    r = run_rdzv(a, n)
+                    ok = r.get("ok") and r.get("assigned") == n and r.get("floor_assigned") == n
+                    runs[n]["rdzv"].append(r["wall_seconds"] if ok else None)
+                    runs[n]["floor"].append(r["floor_seconds"] if ok else None)
+                    runs[n]["rdzv_cpu"].append(r["server_cpu_s"])
+                    runs[n]["rdzv_rss"].append(r["server_rss_mib"])
+                    runs[n]["release_p99"].append(r["release_p99_ms"])
+                    print("rep %d N=%d rdzv %.3f s (release p99 %.1f ms, cpu %.2f s, rss %.0f MiB)"
+                          "  floor %.3f s%s" % (rep, n, r["wall_seconds"], r["release_p99_ms"],
+                                                r["server_cpu_s"], r["server_rss_mib"],
+                                                r["floor_seconds"], "" if ok else "  FAILED"),
+                          flush=True)
+                elif torch_ok:
+                    try:
+                        t = run_tcpstore(n, a.processes, a.python, a.timeout)
+                    except Exception as e:  # noqa: BLE001 - one failed run, reported
+                        print("rep %d N=%d TCPStore FAILED: %s" % (rep, n, e), flush=True)
+                        runs[n]["tcpstore"].append(None)
+                        continue
+                    ok = t["assigned"] == n
+                    runs[n]["tcpstore"].append(t["seconds"] if ok else None)
+                    runs[n]["tcpstore_cpu"].append(t["server_cpu_s"])
+                    runs[n]["tcpstore_rss"].append(t["server_rss_mib"])
+                    print("rep %d N=%d TCPStore %.3f s (cpu %.2f s, rss %.0f MiB)%s"
+                          % (rep, n, t["seconds"] or -1, t["server_cpu_s"], t["server_rss_mib"],
+                             "" if ok else "  FAILED %d/%d" % (t["assigned"], n)), flush=True)
+    summary = {"processes": a.processes, "repeat": a.repeat, "fsync": a.fsync,
+               "window": a.window, "cpus": os.cpu_count(), "sizes": {}}
+    print("\n%7s %10s %10s %10s %14s %12s" % ("ranks", "rdzv s", "TCPStore s", "floor s",
+                                            "TCPStore/rdzv", "rdzv/floor"))
+    dat = ["# ranks rdzv_s tcpstore_s floor_s (medians)"]
+    for n in sizes:
+        r, t, f = med(runs[n]["rdzv"]), med(runs[n]["tcpstore"]), med(runs[n]["floor"])
+        s = {"rdzv_s": r, "tcpstore_s": t, "floor_s": f,
+             "tcpstore_over_rdzv": (t / r) if (t and r) else None,
+             "rdzv_over_floor": (r / f) if (r and f) else None,
+             "rdzv_release_p99_ms": med(runs[n]["release_p99"]),
+             "rdzv_server_cpu_s": med(runs[n]["rdzv_cpu"]),
+             "tcpstore_server_cpu_s": med(runs[n]["tcpstore_cpu"]),
+             "rdzv_server_rss_mib": med(runs[n]["rdzv_rss"]),
+             "tcpstore_server_rss_mib": med(runs[n]["tcpstore_rss"]),
+             "runs": runs[n]}
+        summary["sizes"][str(n)] = s
+        fmt = lambda x, p="%.3f": (p % x) if x is not None else "-"  # noqa: E731
+        print("%7d %10s %10s %10s %14s %12s" % (n, fmt(r), fmt(t), fmt(f),
+                                               fmt(s["tcpstore_over_rdzv"], "%.2fx"),
+                                               fmt(s["rdzv_over_floor"], "%.2fx")))
+        dat.append("%d %s %s %s" % (n, r if r else "NaN", t if t else "NaN", f if f else "NaN"))
+    print(json.dumps(summary))
+    if a.out:
+        with open(a.out, "w") as fo:
+            json.dump(summary, fo, indent=1)
+    if a.dat:
+        with open(a.dat, "w") as fo:
+            fo.write("\n".join(dat) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+#!/usr/bin/python3
+"""The shim micro-benchmark: ns per bind()+close() on a pass-through port
+without the shim, with it preloaded and RDZV_AGENT_SOCKET unset, and with it
+set but the port outside the managed range; then µs per managed probe,
+port-0 probe and listener hand-over through a real `rdzv agent` and rdzvd.
+Prints one JSON object (medians over --repeat runs for the pass-through).
+
+    shim_bench.py --build DIR [--repeat 5] [--iterations 200000]
+                  [--port-base 15000] [--plan 512] [--handovers 2000]"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def run_json(argv, env, timeout=120):
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    if p.returncode != 0 or not lines:
+        raise SystemExit("%s failed (%d): %s %s" % (argv, p.returncode, p.stdout, p.stderr))
+    return json.loads(lines[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True, help="meson build directory")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--iterations", type=int, default=200000)
+    ap.add_argument("--port-base", type=int, default=15000)
+    ap.add_argument("--plan", type=int, default=512)
+    ap.add_argument("--handovers", type=int, default=2000)
+    a = ap.parse_args()
+    b = os.path.abspath(a.build)
+    exe = os.path.join(b, "tests/bench/rdzv-shim-bench")
+    shim = os.path.join(b, "shim/librdzv_shim.so")
+    rdzvd = os.path.join(b, "rendezvous/rdzvd")
+    rdzv = os.path.join(b, "client/rdzv")
+    base, limit = a.port_base, a.port_base + a.plan
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("LD_PRELOAD", "RDZV_AGENT_SOCKET", "RDZV_PORT_RANGE")}
+    settings = {
+        "no_shim": dict(clean),
+        "shim_unset": dict(clean, LD_PRELOAD=shim),
+        "shim_outside_range": dict(clean, LD_PRELOAD=shim,
+                                   RDZV_AGENT_SOCKET="/nonexistent/rdzv-agent.sock",
+                                   RDZV_PORT_RANGE="%d-%d" % (base, limit)),
+    }
+    ns = {k: [] for k in settings}
+    for _ in range(a.repeat):
+        for k, env in settings.items():
+            ns[k].append(run_json([exe, "passthrough", str(a.iterations)], env)["ns_per_bind_close"])
+    out = {"iterations": a.iterations, "repeat": a.repeat}
+    for k, v in ns.items():
+        out["ns_%s" % k] = round(statistics.median(v), 1)
+        out["ns_%s_runs" % k] = v
+    out["ns_overhead_unset"] = round(out["ns_shim_unset"] - out["ns_no_shim"], 1)
+    out["ns_overhead_outside_range"] = round(out["ns_shim_outside_range"] - out["ns_no_shim"], 1)
+
+    with tempfile.TemporaryDirectory(prefix="rdzv-shim-bench-") as d:
+        ep_file = os.path.join(d, "endpoint")
+        srv = subprocess.Popen(
+            [rdzvd, "--bind", "tcp://127.0.0.1:*", "--endpoint-file", ep_file,
+             "--state-dir", os.path.join(d, "state"), "--port-base", str(base),
+             "--ports-per-rank", str(a.plan), "--port-limit", str(limit), "--no-nccl",
+             "--no-fsync"], stderr=open(os.path.join(d, "rdzvd.log"), "w"))
+        try:
+            for _ in range(500):
+                if os.path.exists(ep_file) and open(ep_file).read().strip():
+                    break
+                time.sleep(0.01)
+            ep = open(ep_file).read().strip()
+            agent = [rdzv, "agent", "--server", ep, "--group", "shimbench", "--world", "1",
+                     "--rank", "0", "--host", "127.0.0.1", "--node", "n", "--socket",
+                     os.path.join(d, "agent.sock"), "--port-range", "%d-%d" % (base, limit),
+                     "--shim", shim, "--timeout", "20", "--",
+                     exe, "managed", str(a.handovers)]
+            m = run_json(agent, dict(clean))
+        finally:
+            srv.terminate()
+            srv.wait()
+    out["managed"] = m
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+#!/usr/bin/python3
+"""Smoke test of rdzv-bench (suite 'bench'): a small N with both rank
+simulators and the floor; checks that every rank got an assignment and that
+the JSON carries the documented fields. No timing assertion.
+
+    smoke.py --bench EXE --rdzvd EXE [--ranks N]"""
+import argparse
+import json
+import subprocess
+import sys
+
+FIELDS = ["ranks", "processes", "simulator", "seconds", "wall_seconds", "release_p99_ms",
+          "p50_ms", "p99_ms", "max_ms", "server_rss_mib", "server_cpu_s", "assigned", "ok"]
+
+
+def run(bench, args):
+    p = subprocess.run([bench] + args, capture_output=True, text=True, timeout=150)
+    sys.stderr.write(p.stderr)
+    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    if not lines:
+        raise SystemExit("no JSON from %s (exit %d)" % (" ".join(args), p.returncode))
+    out = json.loads(lines[-1])
+    print("# " + json.dumps(out))
+    return p.returncode, out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bench", required=True)
+    ap.add_argument("--rdzvd", required=True)
+    ap.add_argument("--ranks", type=int, default=256)
+    a = ap.parse_args()
+    cases = [
+        ("lean + floor", ["--ranks", str(a.ranks), "--processes", "2", "--floor", "--fsync", "off"],
+         FIELDS + ["floor_seconds", "floor_assigned"]),
+        ("librdzv", ["--ranks", "64", "--processes", "2", "--simulator", "librdzv"], FIELDS),
+        ("groups + preload", ["--ranks", "64", "--groups", "8", "--preload", "16"], FIELDS),
+    ]
+    print("1..%d" % len(cases))
+    failed = 0
+    for i, (name, args, fields) in enumerate(cases, 1):
+        rc, out = run(a.bench, ["--rdzvd", a.rdzvd, "--timeout", "60"] + args)
+        missing = [f for f in fields if f not in out]
+        want = int(args[args.index("--ranks") + 1])
+        problems = []
+        if rc != 0 or out.get("ok") is not True:
+            problems.append("exit %d ok=%s" % (rc, out.get("ok")))
+        if missing:
+            problems.append("missing fields " + ",".join(missing))
+        if out.get("assigned") != want:
+            problems.append("%s of %d ranks got an assignment" % (out.get("assigned"), want))
+        if "floor_assigned" in fields and out.get("floor_assigned") != want:
+            problems.append("floor answered %s of %d" % (out.get("floor_assigned"), want))
+        if problems:
+            failed += 1
+            print("not ok %d - %s: %s" % (i, name, "; ".join(problems)))
+        else:
+            print("ok %d - %s" % (i, name))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
