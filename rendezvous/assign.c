@@ -172,32 +172,55 @@ static cJSON *s_members(rdzv_core_t *self, const rdzv_group_t *g, bool with_port
     return members;
 }
 
-char *rdzv_assignment_reply(rdzv_core_t *self, rdzv_group_t *g, int rank,
-                            int64_t req_id, bool with_members)
+/* The fields every rank of the epoch shares, as JSON object members
+ * without braces: built with cJSON once per epoch (and members variant). */
+static const char *s_shared_json(rdzv_core_t *self, rdzv_group_t *g, bool with_members)
 {
-    int k = rdzv_plans_ports_per_rank(self->plans);
-    int first = s_port_start(self, g, rank);
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddNumberToObject(root, "v", RDZV_PROTO_VERSION);
-    cJSON_AddNumberToObject(root, "id", (double) req_id);
-    cJSON_AddBoolToObject(root, "ok", 1);
-    cJSON *a = cJSON_AddObjectToObject(root, "assignment");
+    char **slot = &g->shared_json[with_members];
+    if (*slot)
+        return *slot;
+    cJSON *a = cJSON_CreateObject();
     cJSON_AddStringToObject(a, "group", g->name);
     cJSON_AddNumberToObject(a, "epoch", (double) g->epoch);
-    cJSON_AddNumberToObject(a, "rank", rank);
     cJSON_AddNumberToObject(a, "world", g->world);
     cJSON_AddStringToObject(a, "master_addr", g->members[0]->host);
     cJSON_AddNumberToObject(a, "master_port", s_port_start(self, g, 0));
-    cJSON *ports = cJSON_AddArrayToObject(a, "ports");
-    for (int i = 0; i < k; i++)
-        cJSON_AddItemToArray(ports, cJSON_CreateNumber(first + i));
     int range[2] = { self->cfg.port_base, self->cfg.port_limit };
     cJSON_AddItemToObject(a, "port_range", cJSON_CreateIntArray(range, 2));
     s_add_ids(a, g);
     if (with_members)
         cJSON_AddItemToObject(a, "members", s_members(self, g, false));
-    char *text = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
+    char *text = cJSON_PrintUnformatted(a);
+    cJSON_Delete(a);
+    if (!text)
+        return NULL;
+    /* Drop the outer braces so the text splices into each rank's object. */
+    size_t n = strlen(text);
+    memmove(text, text + 1, n - 2);
+    text[n - 2] = '\0';
+    *slot = text;
+    return text;
+}
+
+/* Per rank only the rank and its ports differ; a release of a large group
+ * formats them with plain integer printing rather than a cJSON tree. */
+char *rdzv_assignment_reply(rdzv_core_t *self, rdzv_group_t *g, int rank,
+                            int64_t req_id, bool with_members)
+{
+    const char *shared = s_shared_json(self, g, with_members);
+    int k = rdzv_plans_ports_per_rank(self->plans);
+    int first = s_port_start(self, g, rank);
+    if (!shared)
+        return NULL;
+    size_t cap = strlen(shared) + 128 + (size_t) k * 7;
+    char *text = malloc(cap);
+    if (!text)
+        return NULL;
+    int n = snprintf(text, cap, "{\"v\":1,\"id\":%lld,\"ok\":true,\"assignment\":{\"rank\":%d,"
+                     "\"ports\":[", (long long) req_id, rank);
+    for (int i = 0; i < k; i++)
+        n += snprintf(text + n, cap - (size_t) n, i ? ",%d" : "%d", first + i);
+    snprintf(text + n, cap - (size_t) n, "],%s}}", shared);
     return text;
 }
 

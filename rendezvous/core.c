@@ -49,7 +49,8 @@ void rdzv_group_free(void **item)
     zlistx_destroy(&g->kv_waiters);
     cJSON_Delete(g->nccl_ids);
     cJSON_Delete(g->rank0_ids);
-    free(g->members_json);
+    free(g->shared_json[0]);
+    free(g->shared_json[1]);
     free(g->name);
     free(g);
     *item = NULL;

@@ -84,7 +84,9 @@ typedef struct {
     cJSON *rank0_ids;            /* rank0 mode: what rank 0 brought to this epoch */
     rdzv_ncclroot_t *root;       /* the helper hosting server-made roots */
     rdzv_member_t **members;     /* world entries, NULL until joined */
-    char *members_json;          /* cached at completion */
+    /* The part of every rank's assignment that is the same for all ranks of
+     * the epoch, formatted once: with and without the members list. */
+    char *shared_json[2];
     zhashx_t *kv;                /* key -> value, current epoch only */
     zlistx_t *kv_waiters;        /* rdzv_kv_waiter_t */
     uint64_t kv_bytes;           /* keys + values of the current epoch */

@@ -91,8 +91,10 @@ static int s_apply_epoch(rdzv_group_t *g, const cJSON *rec)
     g->nccl_ids = NULL;
     cJSON_Delete(g->rank0_ids);
     g->rank0_ids = NULL;
-    free(g->members_json);
-    g->members_json = NULL;
+    for (int i = 0; i < 2; i++) {
+        free(g->shared_json[i]);
+        g->shared_json[i] = NULL;
+    }
     zhashx_purge(g->kv);
     g->kv_bytes = 0;
     return 0;

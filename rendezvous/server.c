@@ -72,6 +72,8 @@ static void s_commit_and_send(rdzv_server_t *self)
 {
     rdzv_core_commit(self->core);
     s_send_outbox(self);
+    /* stderr is fully buffered (rdzvd.c): one write per batch, not per line. */
+    fflush(stderr);
 }
 
 static int s_on_router(zloop_t *loop, zsock_t *reader, void *arg)
