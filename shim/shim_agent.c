@@ -37,6 +37,7 @@ static s_state_t s_state;
 static int s_fd = -1;
 static pid_t s_pid;
 static int s_wait_ms = S_AGENT_WAIT_MS;
+static _Atomic bool s_off;       /* S_OFF, readable without the lock */
 static _Atomic int s_base, s_limit;
 static s_tracked_t s_tracked[SHIM_MAX_TRACKED];
 static _Atomic size_t s_ntracked;
@@ -197,15 +198,23 @@ static bool s_ensure(void)
     if (!s_have_path) {
         s_say("not set:", RDZV_AGENT_SOCKET_ENV);
         s_state = S_OFF;
+        atomic_store(&s_off, true);
         return false;
     }
     if (s_connect() < 0) {
         s_say("cannot reach the agent at", s_path);
         s_state = S_OFF;
+        atomic_store(&s_off, true);
         return false;
     }
     s_state = S_CONNECTED;
     return true;
+}
+
+bool rdzv_shim_agent_off(void)
+{
+    pthread_once(&s_once, s_init);
+    return atomic_load(&s_off);
 }
 
 bool rdzv_shim_agent_range(int *base, int *limit)

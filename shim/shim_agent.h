@@ -17,6 +17,9 @@ bool rdzv_shim_agent_range(int *base, int *limit);
  * or the agent unreachable; every bind then passes through, and the shim
  * has said so once on stderr. */
 bool rdzv_shim_agent_ready(void);
+/* True once the shim knows every call passes through (no agent configured,
+ * or none reached at the first try); lock-free, for the fast path. */
+bool rdzv_shim_agent_off(void);
 /* Sends a BIND request, receives the reply and the passed descriptor
  * (*fd_out, -1 if none). Returns 0; -1 when no agent is in use (pass the
  * call through); -2 when the agent that was in use is gone and did not come

@@ -114,9 +114,25 @@ static int s_install(int fd, int passed)
     return 0;
 }
 
+/* The port of addr without a system call; -1 if addr is too short. */
+static int s_addr_port(const struct sockaddr *addr, socklen_t len)
+{
+    if (addr->sa_family == AF_INET && len >= sizeof(struct sockaddr_in))
+        return ntohs(((const struct sockaddr_in *) addr)->sin_port);
+    if (addr->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6))
+        return ntohs(((const struct sockaddr_in6 *) addr)->sin6_port);
+    return -1;
+}
+
 static rdzv_shim_action_t s_decide(int fd, const struct sockaddr *addr, socklen_t len,
                                    rdzv_shim_bind_t *b)
 {
+    /* Fast path, no system calls: nothing is managed, or a fixed port
+     * outside the managed range. Port 0 needs the socket's options. */
+    int port = s_addr_port(addr, len), lo, hi;
+    if (rdzv_shim_agent_off()
+        || (port > 0 && rdzv_shim_agent_range(&lo, &hi) && (port < lo || port >= hi)))
+        return RDZV_SHIM_PASS;
     s_describe(fd, addr, len, b);
     if (!rdzv_shim_is_candidate(b))
         return RDZV_SHIM_PASS;
