@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define S_PORT_MIN 1
 #define S_PORT_MAX 65535
@@ -31,7 +32,9 @@ struct rdzv_assignment {
     int master_port;
     int *ports;
     size_t port_count;
-    char *nccl_hex;             /* NULL: the group has no NCCL ID */
+    char *nccl_hex;             /* NULL: the group has no NCCL ID; else nccl_ids[0] */
+    char **nccl_ids;            /* every ID of the epoch, nccl_count entries */
+    size_t nccl_count;
     s_member_t *members;        /* indexed by rank, world entries */
     char *json;
 };
@@ -84,19 +87,54 @@ static bool s_parse_ports(rdzv_assignment_t *self, const cJSON *obj)
     return true;
 }
 
-static bool s_parse_nccl(rdzv_assignment_t *self, const cJSON *obj)
+/* One ID (hex text) appended to the list, normalised to lowercase. */
+static bool s_add_nccl(rdzv_assignment_t *self, const cJSON *item)
 {
-    const cJSON *item = cJSON_GetObjectItemCaseSensitive(obj, "nccl_unique_id");
-    if (cJSON_IsNull(item))
-        return true;
     unsigned char raw[RDZV_NCCL_ID_BYTES];
-    if (!cJSON_IsString(item)
+    if (!cJSON_IsString(item) || strlen(item->valuestring) != RDZV_NCCL_ID_HEX
         || rdzv_hex_decode(item->valuestring, raw, sizeof raw) != 0)
         return false;
-    self->nccl_hex = malloc(RDZV_NCCL_ID_HEX + 1);
-    if (!self->nccl_hex)
+    char *hex = malloc(RDZV_NCCL_ID_HEX + 1);
+    if (!hex)
         return false;
-    rdzv_hex_encode(raw, sizeof raw, self->nccl_hex);   /* normalised to lowercase */
+    rdzv_hex_encode(raw, sizeof raw, hex);
+    self->nccl_ids[self->nccl_count++] = hex;
+    return true;
+}
+
+/* "nccl_unique_id" (the first ID or null) is required; "nccl_unique_ids"
+ * (every ID) is optional, since older servers do not send it. When both are
+ * there the first of the list must be the single one. */
+static bool s_parse_nccl(rdzv_assignment_t *self, const cJSON *obj)
+{
+    const cJSON *one = cJSON_GetObjectItemCaseSensitive(obj, "nccl_unique_id");
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(obj, "nccl_unique_ids");
+    if (!cJSON_IsNull(one) && !cJSON_IsString(one))    /* required, as ever */
+        return false;
+    if (list && !cJSON_IsNull(list) && !cJSON_IsArray(list))
+        return false;
+    int n = cJSON_IsArray(list) ? cJSON_GetArraySize(list) : 0;
+    if (n == 0 && cJSON_IsString(one))
+        n = 1;
+    if (n == 0)
+        return !cJSON_IsString(one);
+    if (n > RDZV_MAX_NCCL_IDS)
+        return false;
+    self->nccl_ids = calloc((size_t) n, sizeof *self->nccl_ids);
+    if (!self->nccl_ids)
+        return false;
+    if (cJSON_IsArray(list) && cJSON_GetArraySize(list) > 0) {
+        const cJSON *item;
+        cJSON_ArrayForEach(item, list) {
+            if (!s_add_nccl(self, item))
+                return false;
+        }
+    } else if (!s_add_nccl(self, one)) {
+        return false;
+    }
+    if (cJSON_IsString(one) && strcasecmp(one->valuestring, self->nccl_ids[0]) != 0)
+        return false;
+    self->nccl_hex = self->nccl_ids[0];
     return true;
 }
 
@@ -180,7 +218,9 @@ RDZV_EXPORT void rdzv_assignment_destroy(rdzv_assignment_t **self_p)
     free(self->group);
     free(self->master_addr);
     free(self->ports);
-    free(self->nccl_hex);
+    for (size_t i = 0; i < self->nccl_count; i++)
+        free(self->nccl_ids[i]);
+    free(self->nccl_ids);
     free(self->json);
     free(self);
     *self_p = NULL;
@@ -240,6 +280,17 @@ RDZV_EXPORT int rdzv_assignment_nccl_id(const rdzv_assignment_t *self,
            ? RDZV_OK : RDZV_ERR_USAGE;
 }
 
+RDZV_EXPORT size_t rdzv_assignment_nccl_id_count(const rdzv_assignment_t *self)
+{
+    return self ? self->nccl_count : 0;
+}
+
+RDZV_EXPORT const char *rdzv_assignment_nccl_id_hex_at(const rdzv_assignment_t *self,
+                                                       size_t i)
+{
+    return self && i < self->nccl_count ? self->nccl_ids[i] : NULL;
+}
+
 RDZV_EXPORT size_t rdzv_assignment_member_count(const rdzv_assignment_t *self)
 {
     return self ? (size_t) self->world : 0;
@@ -272,7 +323,11 @@ static void s_write_env(const rdzv_assignment_t *self, FILE *f)
             self->master_addr, self->master_port);
     for (size_t i = 0; i < self->port_count; i++)
         fprintf(f, "%s%d", i ? "," : "", self->ports[i]);
-    fprintf(f, "\nRDZV_NCCL_UNIQUE_ID=%s\n", self->nccl_hex ? self->nccl_hex : "");
+    fprintf(f, "\nRDZV_NCCL_UNIQUE_ID=%s\nRDZV_NCCL_UNIQUE_IDS=",
+            self->nccl_hex ? self->nccl_hex : "");
+    for (size_t i = 0; i < self->nccl_count; i++)
+        fprintf(f, "%s%s", i ? "," : "", self->nccl_ids[i]);
+    fputc('\n', f);
     fprintf(f, "MASTER_ADDR=%s\nMASTER_PORT=%d\nRANK=%d\nWORLD_SIZE=%d\n",
             self->master_addr, self->master_port, self->rank, self->world);
     fprintf(f, "VLLM_PORT=%d\nVLLM_DP_RANK=%d\nVLLM_DP_SIZE=%d\n",

@@ -25,6 +25,12 @@ int cli_join_main(int argc, char **argv);
 int cli_status_main(int argc, char **argv);
 int cli_kv_main(int argc, char **argv);
 int cli_group_main(int argc, char **argv);
+int cli_nccl_main(int argc, char **argv);
+int cli_keygen_main(int argc, char **argv);
+/* Removes --curve-server-public, --curve-secret and --group-token FILE from
+ * argv (up to a "--") and exports them as RDZV_CURVE_SERVER_PUBLIC,
+ * RDZV_CURVE_SECRET and RDZV_GROUP_TOKEN. 0, or -1 after printing why. */
+int cli_take_security_options(int *argc, char **argv);
 
 /* getopt_long with the errors written as "rdzv CMD: ..."; returns the
  * option, -1 at the end, or CLI_OPT_BAD. optstring must start with ':'

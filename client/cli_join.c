@@ -5,9 +5,11 @@
 #include "rdzv_proto.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define S_CMD "join"
@@ -19,6 +21,8 @@ static const char s_usage[] =
     "\n"
     "Joins group G as rank R of N and blocks until every rank has joined.\n"
     "Then prints the assignment, or runs CMD with it in the environment.\n"
+    "Rank 0 of a rank0 group runs CMD as a child, not through exec: the NCCL\n"
+    "roots it made before joining live in this process.\n"
     "\n"
     "  --server EP       rdzvd endpoint (RDZV_SERVER, default " RDZV_DEFAULT_ENDPOINT ")\n"
     "  --group G         group name (RDZV_GROUP)\n"
@@ -29,7 +33,11 @@ static const char s_usage[] =
     "  --node NAME       machine name (RDZV_NODE; default: the hostname)\n"
     "  --timeout SEC     give up after SEC seconds (default 60)\n"
     "  --format json|env output: one JSON line (default) or KEY=VALUE lines\n"
-    "  --nccl-id server|none  whether the group gets an NCCL unique id\n"
+    "  --nccl-id server|rank0|none  who makes the group's NCCL unique IDs: rdzvd,\n"
+    "                    rank 0's process (through libnccl.so.2, before joining;\n"
+    "                    the other ranks wait for it), or nobody (RDZV_NCCL_ID;\n"
+    "                    default: the group's mode, else the server's default)\n"
+    "  --nccl-ids N      NCCL IDs per epoch, 1..16 (RDZV_NCCL_IDS; default 1)\n"
     "  -h, --help        this help\n"
     "\n"
     "Exit: 0 ok, 2 usage, 3 timeout, 4 refused by the server, 1 other errors;\n"
@@ -37,12 +45,12 @@ static const char s_usage[] =
 
 typedef struct {
     const char *server, *group, *world, *rank, *host, *node;
-    const char *timeout, *format, *nccl_id;
+    const char *timeout, *format, *nccl_id, *nccl_ids;
     bool help;
 } s_flags_t;
 
 enum { S_SERVER = 256, S_GROUP, S_WORLD, S_RANK, S_HOST, S_NODE, S_TIMEOUT,
-       S_FORMAT, S_NCCL };
+       S_FORMAT, S_NCCL, S_NCCL_IDS };
 
 static const struct option s_options[] = {
     { "server", required_argument, NULL, S_SERVER },
@@ -54,6 +62,7 @@ static const struct option s_options[] = {
     { "timeout", required_argument, NULL, S_TIMEOUT },
     { "format", required_argument, NULL, S_FORMAT },
     { "nccl-id", required_argument, NULL, S_NCCL },
+    { "nccl-ids", required_argument, NULL, S_NCCL_IDS },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
 };
@@ -70,6 +79,7 @@ static void s_store(s_flags_t *f, int c, const char *arg)
     case S_TIMEOUT: f->timeout = arg; break;
     case S_FORMAT: f->format = arg; break;
     case S_NCCL: f->nccl_id = arg; break;
+    case S_NCCL_IDS: f->nccl_ids = arg; break;
     default: f->help = true; break;
     }
 }
@@ -89,6 +99,8 @@ static int s_parse_flags(int argc, char **argv, s_flags_t *f)
     f->rank = cli_value(f->rank, "RDZV_RANK", NULL);
     f->host = cli_value(f->host, "RDZV_HOST", NULL);
     f->node = cli_value(f->node, "RDZV_NODE", NULL);
+    f->nccl_id = cli_value(f->nccl_id, "RDZV_NCCL_ID", NULL);
+    f->nccl_ids = cli_value(f->nccl_ids, "RDZV_NCCL_IDS", NULL);
     return 0;
 }
 
@@ -116,9 +128,15 @@ static int s_to_args(const s_flags_t *f, rdzv_join_args_t *a, bool *env_format)
         return rc;
     if (f->format && strcmp(f->format, "json") != 0 && strcmp(f->format, "env") != 0)
         return cli_usage_error(S_CMD, "--format must be json or env, not '%s'", f->format);
-    if (f->nccl_id && strcmp(f->nccl_id, "server") != 0 && strcmp(f->nccl_id, "none") != 0)
-        return cli_usage_error(S_CMD, "--nccl-id must be server or none, not '%s'",
+    if (f->nccl_id && strcmp(f->nccl_id, "server") != 0 && strcmp(f->nccl_id, "none") != 0
+        && strcmp(f->nccl_id, "rank0") != 0)
+        return cli_usage_error(S_CMD, "--nccl-id must be server, rank0 or none, not '%s'",
                                f->nccl_id);
+    long ids = 0;
+    if (f->nccl_ids && (rc = cli_parse_long(S_CMD, "--nccl-ids (or RDZV_NCCL_IDS)",
+                                            f->nccl_ids, 1, RDZV_MAX_NCCL_IDS, &ids)) != 0)
+        return rc;
+    a->nccl_ids = (int) ids;
     a->group = f->group;
     a->world = (int) world;
     a->rank = (int) rank;
@@ -157,8 +175,51 @@ static int s_exec(char *env, char **argv)
     return e == ENOENT ? S_EXIT_NOT_FOUND : S_EXIT_NOT_EXEC;
 }
 
-/* What to do with the assignment: print it, or run cmd with it. */
-static int s_deliver(rdzv_assignment_t **asg_p, bool env_format, char **cmd)
+static volatile sig_atomic_t s_child_pid;
+
+static void s_forward(int sig)
+{
+    if (s_child_pid > 0)
+        kill((pid_t) s_child_pid, sig);
+}
+
+/* Runs argv as a child and waits for it: rank 0 of a rank0 group keeps the
+ * NCCL roots it made alive in this process, which exec would end. Returns
+ * the child's exit status (128 + signal when killed). */
+static int s_run_child(char *env, char **argv)
+{
+    if (s_export(env) != 0) {
+        fprintf(stderr, "rdzv %s: cannot set the environment: %s\n", S_CMD, strerror(errno));
+        return CLI_EXIT_ERROR;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "rdzv %s: cannot fork: %s\n", S_CMD, strerror(errno));
+        return CLI_EXIT_ERROR;
+    }
+    if (pid == 0) {
+        execvp(argv[0], argv);
+        int e = errno;
+        fprintf(stderr, "rdzv %s: cannot run '%s': %s\n", S_CMD, argv[0], strerror(e));
+        _exit(e == ENOENT ? S_EXIT_NOT_FOUND : S_EXIT_NOT_EXEC);
+    }
+    s_child_pid = pid;
+    struct sigaction sa = { .sa_handler = s_forward };
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* What to do with the assignment: print it, or run cmd with it (as a child
+ * when keep_roots: this process hosts rank 0's NCCL roots). */
+static int s_deliver(rdzv_assignment_t **asg_p, bool env_format, char **cmd,
+                     bool keep_roots)
 {
     char *env = rdzv_assignment_env(*asg_p);
     int rc = CLI_EXIT_OK;
@@ -167,7 +228,7 @@ static int s_deliver(rdzv_assignment_t **asg_p, bool env_format, char **cmd)
         rc = CLI_EXIT_ERROR;
     } else if (cmd) {
         rdzv_assignment_destroy(asg_p);
-        rc = s_exec(env, cmd);
+        rc = keep_roots ? s_run_child(env, cmd) : s_exec(env, cmd);
     } else if (env_format) {
         fputs(env, stdout);
     } else {
@@ -200,5 +261,9 @@ int cli_join_main(int argc, char **argv)
     rc = cli_result(S_CMD, client, rdzv_join(client, &args, &asg));
     /* Close the socket before exec so CMD inherits no ZeroMQ state. */
     rdzv_client_destroy(&client);
-    return rc == CLI_EXIT_OK ? s_deliver(&asg, env_format, cmd) : rc;
+    bool roots_here = args.rank == 0 && args.nccl_id && strcmp(args.nccl_id, "rank0") == 0;
+    if (rc == CLI_EXIT_OK && roots_here && !cmd)
+        fprintf(stderr, "rdzv %s: warning: rank 0's NCCL roots lived in this process and end "
+                "with it; run the program as CMD (or use librdzv in it)\n", S_CMD);
+    return rc == CLI_EXIT_OK ? s_deliver(&asg, env_format, cmd, roots_here) : rc;
 }

@@ -9,7 +9,9 @@
 #include "route.h"
 #include "transport.h"
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -23,6 +25,11 @@ struct rdzv_client {
     char err[RDZV_ERR_LEN];
     char code[RDZV_CODE_LEN];
     int request_timeout_ms;
+    /* rank0 mode: the IDs this process made for its next successful join of
+     * r0_group; kept across failed joins so a retry sends the same ones. */
+    char r0_group[RDZV_MAX_NAME + 1];
+    int r0_count;
+    char r0_ids[RDZV_MAX_NCCL_IDS][RDZV_NCCL_ID_HEX + 1];
 };
 
 static int s_fail(rdzv_client_t *self, int rc, const char *fmt, ...)
@@ -365,14 +372,108 @@ static int s_check_join(rdzv_client_t *self, const rdzv_join_args_t *a)
                       RDZV_MAX_NAME);
     if (a->timeout_ms > RDZV_MAX_TIMEOUT_MS)
         return s_fail(self, RDZV_ERR_USAGE, "timeout above %d ms", RDZV_MAX_TIMEOUT_MS);
-    if (a->nccl_id && strcmp(a->nccl_id, "server") != 0 && strcmp(a->nccl_id, "none") != 0)
-        return s_fail(self, RDZV_ERR_USAGE, "nccl_id must be \"server\" or \"none\"");
     return RDZV_OK;
 }
 
-/* The join request; host and node are already resolved. NULL: no memory. */
+/* The NCCL mode and ID count of a join: the arguments, else the variables
+ * RDZV_NCCL_ID and RDZV_NCCL_IDS, else the server's default and 1. */
+static int s_nccl_args(rdzv_client_t *self, const rdzv_join_args_t *a,
+                       const char **mode_out, int *count_out)
+{
+    const char *mode = a->nccl_id;
+    if (!mode && (mode = getenv("RDZV_NCCL_ID")) && !*mode)
+        mode = NULL;
+    if (mode && strcmp(mode, "server") != 0 && strcmp(mode, "none") != 0
+        && strcmp(mode, "rank0") != 0)
+        return s_fail(self, RDZV_ERR_USAGE,
+                      "nccl_id must be \"server\", \"rank0\" or \"none\", not \"%s\"%s",
+                      mode, a->nccl_id ? "" : " (from RDZV_NCCL_ID)");
+    int count = a->nccl_ids;
+    const char *env = getenv("RDZV_NCCL_IDS");
+    if (count == 0 && env && *env) {
+        char *end = NULL;
+        long v = strtol(env, &end, 10);
+        if (*end != '\0' || v < 1 || v > RDZV_MAX_NCCL_IDS)
+            return s_fail(self, RDZV_ERR_USAGE, "RDZV_NCCL_IDS must be 1..%d, not \"%s\"",
+                          RDZV_MAX_NCCL_IDS, env);
+        count = (int) v;
+    }
+    if (count < 0 || count > RDZV_MAX_NCCL_IDS)
+        return s_fail(self, RDZV_ERR_USAGE, "nccl_ids must be 1..%d (0: 1), not %d",
+                      RDZV_MAX_NCCL_IDS, count);
+    *mode_out = mode;
+    *count_out = count;
+    return RDZV_OK;
+}
+
+/* ncclGetUniqueId as librdzv sees it: no link-time dependency on NCCL. The
+ * return value is ncclResult_t (0: ncclSuccess); the ID is 128 bytes. */
+typedef int (*s_get_unique_id_fn)(void *id);
+typedef const char *(*s_error_string_fn)(int result);
+
+typedef union {
+    void *obj;
+    s_get_unique_id_fn get_id;
+    s_error_string_fn error_string;
+} s_nccl_sym_t;
+
+/* Makes count IDs in this process (their bootstrap roots start here). The
+ * library stays loaded for good: its root threads run inside it. */
+static int s_make_rank0_ids(rdzv_client_t *self, const char *group, int count)
+{
+    const char *path = getenv("RDZV_NCCL_LIBRARY");
+    if (!path || !*path)
+        path = "libnccl.so.2";
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+        return s_fail(self, RDZV_ERR_IO, "nccl_id rank0: cannot load %s: %s", path, dlerror());
+    s_nccl_sym_t get = { .obj = dlsym(lib, "ncclGetUniqueId") };
+    s_nccl_sym_t str = { .obj = dlsym(lib, "ncclGetErrorString") };
+    if (!get.obj)
+        return s_fail(self, RDZV_ERR_IO, "nccl_id rank0: %s has no ncclGetUniqueId", path);
+    self->r0_count = 0;
+    for (int i = 0; i < count; i++) {
+        unsigned char raw[RDZV_NCCL_ID_BYTES] = { 0 };
+        int rc = get.get_id(raw);
+        if (rc != 0)
+            return s_fail(self, RDZV_ERR_IO, "nccl_id rank0: ncclGetUniqueId failed: %s (%d)",
+                          str.obj ? str.error_string(rc) : "?", rc);
+        rdzv_hex_encode(raw, sizeof raw, self->r0_ids[i]);
+    }
+    snprintf(self->r0_group, sizeof self->r0_group, "%s", group);
+    self->r0_count = count;
+    return RDZV_OK;
+}
+
+/* The IDs rank 0 sends: those of an earlier failed join of this group when
+ * the count matches, else fresh ones. */
+static int s_rank0_ids(rdzv_client_t *self, const char *group, int count)
+{
+    if (self->r0_count == count && strcmp(self->r0_group, group) == 0)
+        return RDZV_OK;
+    return s_make_rank0_ids(self, group, count);
+}
+
+static bool s_add_rank0_ids(const rdzv_client_t *self, cJSON *req)
+{
+    cJSON *ids = cJSON_AddArrayToObject(req, "nccl_unique_ids_from_rank0");
+    if (!ids)
+        return false;
+    for (int i = 0; i < self->r0_count; i++) {
+        cJSON *item = cJSON_CreateString(self->r0_ids[i]);
+        if (!item || !cJSON_AddItemToArray(ids, item)) {
+            cJSON_Delete(item);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* The join request; host, node and the NCCL mode are already resolved.
+ * rank0_ids: rank 0 of a rank0 group sends the IDs it made. NULL: no memory. */
 static cJSON *s_join_request(const rdzv_client_t *self, const rdzv_join_args_t *a,
-                             const char *host, const char *node, int timeout_ms)
+                             const char *host, const char *node, int timeout_ms,
+                             const char *nccl_id, int nccl_ids, bool rank0_ids)
 {
     cJSON *req = s_scoped("join", a->group, -1);
     return s_built(req, req && cJSON_AddNumberToObject(req, "world", a->world)
@@ -381,8 +482,11 @@ static cJSON *s_join_request(const rdzv_client_t *self, const rdzv_join_args_t *
                             && cJSON_AddStringToObject(req, "node", node)
                             && cJSON_AddStringToObject(req, "session", self->session)
                             && cJSON_AddNumberToObject(req, "timeout_ms", timeout_ms)
-                            && (!a->nccl_id
-                                || cJSON_AddStringToObject(req, "nccl_id", a->nccl_id)));
+                            && (!nccl_id
+                                || cJSON_AddStringToObject(req, "nccl_id", nccl_id))
+                            && (nccl_ids == 0
+                                || cJSON_AddNumberToObject(req, "nccl_ids", nccl_ids))
+                            && (!rank0_ids || s_add_rank0_ids(self, req)));
 }
 
 /* The reply's assignment, checked to be this rank's of this group. */
@@ -407,7 +511,13 @@ RDZV_EXPORT int rdzv_join(rdzv_client_t *self, const rdzv_join_args_t *args,
     if (rc != RDZV_OK || !args || !out)
         return rc == RDZV_OK ? s_fail(self, RDZV_ERR_USAGE, "args or out is NULL") : rc;
     *out = NULL;
-    if ((rc = s_check_join(self, args)) != RDZV_OK)
+    const char *nccl_id = NULL;
+    int nccl_ids = 0;
+    if ((rc = s_check_join(self, args)) != RDZV_OK
+        || (rc = s_nccl_args(self, args, &nccl_id, &nccl_ids)) != RDZV_OK)
+        return rc;
+    bool rank0_ids = nccl_id && strcmp(nccl_id, "rank0") == 0 && args->rank == 0;
+    if (rank0_ids && (rc = s_rank0_ids(self, args->group, nccl_ids ? nccl_ids : 1)) != RDZV_OK)
         return rc;
     char host[RDZV_MAX_NAME + 1], node[RDZV_MAX_NAME + 1];
     if (!args->host && rdzv_route_default_host(self->endpoint, host, sizeof host,
@@ -418,7 +528,8 @@ RDZV_EXPORT int rdzv_join(rdzv_client_t *self, const rdzv_join_args_t *args,
         return RDZV_ERR_IO;
     int timeout_ms = args->timeout_ms > 0 ? args->timeout_ms : RDZV_DEFAULT_TIMEOUT_MS;
     cJSON *req = s_join_request(self, args, args->host ? args->host : host,
-                                args->node ? args->node : node, timeout_ms);
+                                args->node ? args->node : node, timeout_ms,
+                                nccl_id, nccl_ids, rank0_ids);
     cJSON *reply;
     rc = s_call(self, req, rdzv_now_ms() + timeout_ms, &reply);
     if (rc == RDZV_ERR_TIMEOUT && self->code[0] == '\0')
@@ -428,5 +539,7 @@ RDZV_EXPORT int rdzv_join(rdzv_client_t *self, const rdzv_join_args_t *args,
         return rc;
     rc = s_take_assignment(self, reply, args, out);
     cJSON_Delete(reply);
+    if (rc == RDZV_OK && rank0_ids)
+        self->r0_count = 0;     /* used up: the next join makes new roots */
     return rc;
 }

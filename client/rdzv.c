@@ -30,6 +30,8 @@ static const s_command_t s_commands[] = {
     { "status", cli_status_main, "show the groups rdzvd knows" },
     { "kv", cli_kv_main, "put, get or wait for a key of a group's epoch" },
     { "group", cli_group_main, "delete a group" },
+    { "nccl-id", cli_nccl_main, "decode an NCCL unique ID: where its root listens" },
+    { "keygen", cli_keygen_main, "write a CURVE key pair (PATH, PATH_secret)" },
     { "agent", s_agent_main, "run the per-node port agent" },
 };
 
@@ -42,12 +44,18 @@ static void s_usage(FILE *out)
         fprintf(out, "  %-8s %s\n", s_commands[i].name, s_commands[i].summary);
     fprintf(out, "\n'rdzv COMMAND --help' describes a command. Options also come from\n"
                  "RDZV_SERVER, RDZV_GROUP, RDZV_WORLD, RDZV_RANK, RDZV_HOST, RDZV_NODE;\n"
-                 "a flag wins over its variable.\n"
+                 "a flag wins over its variable.\n\n"
+                 "Every command also takes, to talk to a secured rdzvd:\n"
+                 "  --curve-server-public FILE  rdzvd's public certificate (RDZV_CURVE_SERVER_PUBLIC)\n"
+                 "  --curve-secret FILE         this client's secret certificate (RDZV_CURVE_SECRET)\n"
+                 "  --group-token FILE          the group token (RDZV_GROUP_TOKEN)\n"
                  "Exit: 0 ok, 1 error, 2 usage, 3 timeout, 4 refused by the server.\n");
 }
 
 int main(int argc, char **argv)
 {
+    if (cli_take_security_options(&argc, argv) < 0)
+        return CLI_EXIT_USAGE;
     if (argc < 2) {
         s_usage(stderr);
         return CLI_EXIT_USAGE;

@@ -36,7 +36,22 @@ typedef struct rdzv_assignment rdzv_assignment_t;
 
 /* What a rank says about itself when it joins. NULL host or node: the
  * defaults (the address of the interface that routes to the server; the
- * hostname). timeout_ms <= 0: 60000. nccl_id NULL: the server's default. */
+ * hostname). timeout_ms <= 0: 60000.
+ *
+ * NCCL unique IDs (docs/protocol.md, "join"); nccl_id is one of
+ *   "server"  rdzvd makes the IDs; their bootstrap roots live in its helper;
+ *   "rank0"   rank 0's process makes them: rdzv_join calls ncclGetUniqueId
+ *             nccl_ids times through dlopen("libnccl.so.2") (the variable
+ *             RDZV_NCCL_LIBRARY names another file) and sends them with the
+ *             join; the other ranks' joins are answered once they are there.
+ *             NCCL's root threads then live in rank 0's process, as in plain
+ *             NCCL. A rank 0 join that fails (timeout, rdzvd away) keeps its
+ *             IDs in the client and sends the same ones when the caller joins
+ *             again; a successful join uses them up. NCCL is never unloaded.
+ *   "none"    no IDs.
+ * nccl_id NULL: the variable RDZV_NCCL_ID, else the server's default (the
+ * group's first join decides the mode). nccl_ids: IDs per epoch, 1..16;
+ * 0: the variable RDZV_NCCL_IDS, else 1. */
 typedef struct {
     const char *group;
     int world;
@@ -44,8 +59,12 @@ typedef struct {
     const char *host;
     const char *node;
     int timeout_ms;
-    const char *nccl_id;     /* "server" or "none" */
+    const char *nccl_id;     /* "server", "rank0" or "none" */
+    int nccl_ids;            /* IDs per epoch; 0: 1 */
 } rdzv_join_args_t;
+
+/* Most IDs a group may get per epoch. */
+#define RDZV_MAX_NCCL_IDS 16
 
 /* Connects lazily to endpoint (a ZeroMQ endpoint such as
  * "tcp://127.0.0.1:29400"). session NULL: a fresh random session id, which
@@ -108,6 +127,11 @@ const char *rdzv_assignment_nccl_id_hex(const rdzv_assignment_t *self);
 /* Copies the 128 raw bytes; returns 0, or RDZV_ERR_USAGE if there is none. */
 int rdzv_assignment_nccl_id(const rdzv_assignment_t *self,
                             unsigned char out[128]);
+/* How many NCCL IDs the epoch has (0 without NCCL), and the i-th of them as
+ * 256 lowercase hex characters (NULL when i is out of range). The first is
+ * the one rdzv_assignment_nccl_id_hex returns. */
+size_t rdzv_assignment_nccl_id_count(const rdzv_assignment_t *self);
+const char *rdzv_assignment_nccl_id_hex_at(const rdzv_assignment_t *self, size_t i);
 size_t rdzv_assignment_member_count(const rdzv_assignment_t *self);
 const char *rdzv_assignment_member_host(const rdzv_assignment_t *self, size_t i);
 const char *rdzv_assignment_member_node(const rdzv_assignment_t *self, size_t i);
@@ -118,6 +142,8 @@ rdzv_assignment_t *rdzv_assignment_from_json(const char *json);
 
 /* The environment a rank's program gets: "KEY=VALUE" lines, one per
  * variable (RDZV_*, MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, VLLM_*).
+ * RDZV_NCCL_UNIQUE_ID is the first NCCL ID, RDZV_NCCL_UNIQUE_IDS all of
+ * them, comma-separated (both empty without NCCL).
  * malloc'd; the caller frees it. */
 char *rdzv_assignment_env(const rdzv_assignment_t *self);
 

@@ -174,9 +174,10 @@ START_TEST(test_env_lines)
              "RDZV_GROUP=llm\nRDZV_EPOCH=3\nRDZV_RANK=1\nRDZV_WORLD=2\n"
              "RDZV_MASTER_ADDR=10.0.0.11\nRDZV_MASTER_PORT=19500\n"
              "RDZV_PORTS=19532,19533,19534\nRDZV_NCCL_UNIQUE_ID=%s\n"
+             "RDZV_NCCL_UNIQUE_IDS=%s\n"
              "MASTER_ADDR=10.0.0.11\nMASTER_PORT=19500\nRANK=1\nWORLD_SIZE=2\n"
              "VLLM_PORT=19532\nVLLM_DP_RANK=1\nVLLM_DP_SIZE=2\n"
-             "VLLM_DP_MASTER_IP=10.0.0.11\nVLLM_DP_MASTER_PORT=19500\n", s_nccl);
+             "VLLM_DP_MASTER_IP=10.0.0.11\nVLLM_DP_MASTER_PORT=19500\n", s_nccl, s_nccl);
     ck_assert_str_eq(env, expected);
     free(env);
     rdzv_assignment_destroy(&a);
