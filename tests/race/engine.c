@@ -1,0 +1,577 @@
+/*  One DP rank of a vLLM-like engine, following vLLM's bootstrap-port logic;
+    the C twin of engine.py (same arguments, files and wire protocol).
+
+    The front end probes up from VLLM_PORT with socket/bind(0.0.0.0)/close and
+    no SO_REUSEADDR, collects five ports (get_open_ports_list(5)), rank 0
+    publishes them (the candidate broadcast), and a second scan runs in the
+    gap (the executor's get_open_port() for the TP store).  A forked child
+    ("EngineCore") sleeps a random delay, then binds with SO_REUSEADDR and
+    listens: rank 0 the DP store on the first popped port (retrying on
+    EADDRINUSE with the next, as stateless_init_dp_group() does), every rank
+    its TP store on the second-scan port; rank k > 0 dials rank 0's first
+    popped port and checks with its token that it reached the right group.
+    The child writes one JSON result with failures of kind eaddrinuse,
+    wrong_peer or timeout. */
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PORT_LIST_LEN     5       /* get_open_ports_list(5) */
+#define DP_BIND_ATTEMPTS  5       /* stateless_init_dp_group() retries */
+#define MAX_PROBES        4096
+#define DP_MASTER_RESERVED 10     /* get_open_port() avoids VLLM_DP_MASTER_PORT + 0..9 */
+#define MAX_RESCANS       64
+#define MAX_EVENTS        32
+#define POLL_MS           5
+#define PEERS_POLL_MS     50
+#define DIAL_RETRY_MS     10
+#define IO_TIMEOUT_MS     200
+#define LISTEN_BACKLOG    128
+#define LINE_MAX_LEN      256
+#define FNV_OFFSET        UINT64_C(0xcbf29ce484222325)
+#define FNV_PRIME         UINT64_C(0x100000001b3)
+#define CPYTHON_SET_MASK  31      /* a 5-int set lives in a 32-slot table */
+
+typedef struct {
+    const char *kind;             /* eaddrinuse, wrong_peer, timeout */
+    const char *what;
+    int port;
+    char detail[96];
+    long t_ms;
+} race_event_t;
+
+typedef struct {
+    int trial, group, rank, world;
+    const char *dir;
+    const char *peer_host;
+    int delay_max_ms, timeout_ms;
+    double start, deadline;
+    char token[17], secret[17];
+    int ports[PORT_LIST_LEN];
+    int tp_port;
+    race_event_t events[MAX_EVENTS];
+    int n_events;
+    int peers_ok, foreign_peers;
+    int bound_port;
+    long bound_t_ms;
+    long long unix_start_ms;
+    int last_error;               /* errno of the last failed dial */
+} race_rank_t;
+
+static double s_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static long s_ms(const race_rank_t *self)
+{
+    return (long) ((s_now() - self->start) * 1000);
+}
+
+static void s_sleep_ms(long ms)
+{
+    struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+        ;
+}
+
+static uint64_t s_random64(void)
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) != sizeof v)
+        v = (uint64_t) getpid() * FNV_PRIME ^ (uint64_t) (s_now() * 1e9);
+    return v;
+}
+
+static void s_mac(const char *secret, const char *token, char out[17])
+{
+    char text[64];
+    snprintf(text, sizeof text, "%s:%s", secret, token);
+    uint64_t h = FNV_OFFSET;
+    for (const unsigned char *p = (const unsigned char *) text; *p; p++)
+        h = (h ^ *p) * FNV_PRIME;
+    snprintf(out, 17, "%016" PRIx64, h);
+}
+
+__attribute__((format(printf, 5, 6)))
+static void s_event(race_rank_t *self, const char *kind, const char *what,
+                    int port, const char *fmt, ...)
+{
+    if (self->n_events >= MAX_EVENTS)
+        return;
+    race_event_t *ev = &self->events[self->n_events++];
+    ev->kind = kind;
+    ev->what = what;
+    ev->port = port;
+    ev->t_ms = s_ms(self);
+    ev->detail[0] = '\0';
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ev->detail, sizeof ev->detail, fmt, ap);
+        va_end(ap);
+    }
+}
+
+static struct sockaddr_in s_any(int port)
+{
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+    sa.sin_addr.s_addr = htonl(INADDR_ANY);
+    return sa;
+}
+
+/*  vLLM's _get_open_port() with VLLM_PORT set: the first port from START
+    that binds; -1 if none does. */
+static int s_probe_scan(int start)
+{
+    for (int port = start, n = 0; port <= 65535 && n < MAX_PROBES; port++, n++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd == -1)
+            return -1;
+        struct sockaddr_in sa = s_any(port);
+        int rc = bind(fd, (struct sockaddr *) &sa, sizeof sa);
+        close(fd);
+        if (rc == 0)
+            return port;
+    }
+    return -1;
+}
+
+/*  vLLM's get_open_port(): a scan, but never one of the ten ports from
+    VLLM_DP_MASTER_PORT when that is set; vLLM then scans again until it gets
+    another port (each scan starts at VLLM_PORT).  -1 if it never does. */
+static int s_get_open_port(int start)
+{
+    const char *env = getenv("VLLM_DP_MASTER_PORT");
+    if (!env)
+        return s_probe_scan(start);
+    int master = atoi(env);
+    for (int n = 0; n < MAX_RESCANS; n++) {
+        int port = s_probe_scan(start);
+        if (port == -1 || port < master || port >= master + DP_MASTER_RESERVED)
+            return port;
+    }
+    return -1;
+}
+
+/*  With VLLM_PORT set: consecutive hits of one scan (no VLLM_DP_MASTER_PORT
+    check), put in the order CPython's list(set(...))
+    gives five small ints: by value modulo the table size, ties in order. */
+static int s_get_open_ports_list(int start, int ports[PORT_LIST_LEN])
+{
+    int port = start;
+    for (int i = 0; i < PORT_LIST_LEN; i++) {
+        if ((port = s_probe_scan(port)) == -1)
+            return -1;
+        ports[i] = port++;
+    }
+    for (int i = 1; i < PORT_LIST_LEN; i++)
+        for (int j = i; j > 0 && (ports[j] & CPYTHON_SET_MASK)
+                                  < (ports[j - 1] & CPYTHON_SET_MASK); j--) {
+            int t = ports[j];
+            ports[j] = ports[j - 1];
+            ports[j - 1] = t;
+        }
+    return 0;
+}
+
+static void s_path(const race_rank_t *self, char *buf, size_t size, const char *what)
+{
+    if (strcmp(what, "ports") == 0)
+        snprintf(buf, size, "%s/g%d.ports", self->dir, self->group);
+    else
+        snprintf(buf, size, "%s/result-g%d-r%d.json", self->dir, self->group, self->rank);
+}
+
+static int s_publish(race_rank_t *self)
+{
+    char path[512], tmp[560];
+    snprintf(self->secret, sizeof self->secret, "%016" PRIx64, s_random64());
+    s_path(self, path, sizeof path, "ports");
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int) getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "%d %s", self->trial, self->secret);
+    for (int i = 0; i < PORT_LIST_LEN; i++)
+        fprintf(f, " %d", self->ports[i]);
+    fprintf(f, "\n");
+    if (fclose(f) != 0)
+        return -1;
+    return rename(tmp, path);
+}
+
+static bool s_parse_broadcast(race_rank_t *self, FILE *f)
+{
+    int trial, n = 0;
+    char secret[17];
+    if (fscanf(f, "%d %16s", &trial, secret) != 2 || trial != self->trial)
+        return false;
+    while (n < PORT_LIST_LEN && fscanf(f, "%d", &self->ports[n]) == 1)
+        n++;
+    if (n != PORT_LIST_LEN)
+        return false;
+    memcpy(self->secret, secret, sizeof secret);
+    /* the list is rank 0's handshake: waiting starts from it */
+    self->deadline = s_now() + self->timeout_ms / 1000.0;
+    return true;
+}
+
+static bool s_read_broadcast(race_rank_t *self)
+{
+    char path[512];
+    s_path(self, path, sizeof path, "ports");
+    while (s_now() < self->deadline) {
+        FILE *f = fopen(path, "r");
+        if (f) {
+            bool ok = s_parse_broadcast(self, f);
+            fclose(f);
+            if (ok)
+                return true;
+        }
+        s_sleep_ms(POLL_MS);
+    }
+    s_event(self, "timeout", "broadcast", 0, "no candidate list");
+    return false;
+}
+
+/*  A listener as PyTorch's TCPStore makes it: SO_REUSEADDR, bind, listen.
+    Returns the fd, or -1 with errno set. */
+static int s_listen(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd == -1)
+        return -1;
+    int one = 1;
+    struct sockaddr_in sa = s_any(port);
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == -1
+    ||  bind(fd, (struct sockaddr *) &sa, sizeof sa) == -1
+    ||  listen(fd, LISTEN_BACKLOG) == -1) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
+static int s_bind_dp_store(race_rank_t *self)
+{
+    int left = PORT_LIST_LEN;
+    for (int attempt = 0; attempt < DP_BIND_ATTEMPTS && left > 0; attempt++) {
+        int port = self->ports[--left];
+        int fd = s_listen(port);
+        if (fd != -1) {
+            self->bound_port = port;
+            self->bound_t_ms = s_ms(self);
+            return fd;
+        }
+        if (errno != EADDRINUSE)
+            s_event(self, "timeout", "dp-store", port, "bind: %s", strerror(errno));
+        else
+            s_event(self, "eaddrinuse", "dp-store", port, NULL);
+    }
+    return -1;
+}
+
+/*  Reads one line (without the newline) within IO_TIMEOUT_MS; 0 on success. */
+static int s_read_line(int fd, char *buf, size_t size)
+{
+    size_t len = 0;
+    while (len + 1 < size) {
+        struct pollfd pfd = { .fd = fd, .events = POLLIN };
+        if (poll(&pfd, 1, IO_TIMEOUT_MS) != 1)
+            return -1;
+        ssize_t n = recv(fd, buf + len, 1, 0);
+        if (n <= 0)
+            return -1;
+        if (buf[len] == '\n') {
+            buf[len] = '\0';
+            return 0;
+        }
+        len++;
+    }
+    return -1;
+}
+
+static void s_send_all(int fd, const char *text)
+{
+    size_t len = strlen(text), off = 0;
+    while (off < len) {
+        ssize_t n = send(fd, text + off, len - off, MSG_NOSIGNAL);
+        if (n <= 0 && errno != EINTR)
+            return;
+        if (n > 0)
+            off += (size_t) n;
+    }
+}
+
+static void s_serve_one(race_rank_t *self, int conn)
+{
+    char line[LINE_MAX_LEN], token[17], mac[17], reply[LINE_MAX_LEN];
+    int trial, group, rank;
+    if (s_read_line(conn, line, sizeof line) == 0
+    &&  sscanf(line, "HELLO %d %d %d %16s", &trial, &group, &rank, token) == 4) {
+        s_mac(self->secret, token, mac);
+        snprintf(reply, sizeof reply, "OK %d %d %d %s %s\n",
+                 self->trial, self->group, rank, token, mac);
+        s_send_all(conn, reply);
+        if (trial == self->trial && group == self->group)
+            self->peers_ok++;
+        else
+            self->foreign_peers++;
+        struct pollfd pfd = { .fd = conn, .events = POLLIN };
+        poll(&pfd, 1, IO_TIMEOUT_MS);   /* the client closes first */
+    }
+    close(conn);
+}
+
+/*  Every other rank has written its result: nobody will dial any more. */
+static bool s_peers_done(const race_rank_t *self)
+{
+    char path[512];
+    for (int r = 1; r < self->world; r++) {
+        snprintf(path, sizeof path, "%s/result-g%d-r%d.json", self->dir, self->group, r);
+        if (access(path, F_OK) != 0)
+            return false;
+    }
+    return true;
+}
+
+static void s_serve(race_rank_t *self, int lfd)
+{
+    while (self->peers_ok < self->world - 1 && !s_peers_done(self)) {
+        int left_ms = (int) ((self->deadline - s_now()) * 1000);
+        if (left_ms <= 0)
+            break;
+        struct pollfd pfd = { .fd = lfd, .events = POLLIN };
+        if (poll(&pfd, 1, left_ms < PEERS_POLL_MS ? left_ms : PEERS_POLL_MS) != 1)
+            continue;
+        int conn = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (conn != -1)
+            s_serve_one(self, conn);
+    }
+}
+
+/*  1: right peer, 0: wrong peer, -1: nobody there (yet). */
+static int s_dial_once(race_rank_t *self, int port)
+{
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
+    if (inet_pton(AF_INET, self->peer_host, &sa.sin_addr) != 1)
+        return -1;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd == -1)
+        return -1;
+    struct timeval tv = { 0, IO_TIMEOUT_MS * 1000 };
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    char hello[LINE_MAX_LEN], reply[LINE_MAX_LEN], want[LINE_MAX_LEN], mac[17];
+    snprintf(hello, sizeof hello, "HELLO %d %d %d %s\n",
+             self->trial, self->group, self->rank, self->token);
+    int rc = -1;
+    self->last_error = 0;
+    if (connect(fd, (struct sockaddr *) &sa, sizeof sa) == -1)
+        self->last_error = errno;
+    else {
+        s_send_all(fd, hello);
+        if (s_read_line(fd, reply, sizeof reply) == -1)
+            self->last_error = ETIMEDOUT;
+        else {
+            s_mac(self->secret, self->token, mac);
+            snprintf(want, sizeof want, "OK %d %d %d %s %s",
+                     self->trial, self->group, self->rank, self->token, mac);
+            rc = strcmp(reply, want) == 0;
+            if (rc == 0)
+                s_event(self, "wrong_peer", "dial", port, "%.80s", reply);
+        }
+    }
+    close(fd);
+    return rc;
+}
+
+static void s_dial(race_rank_t *self)
+{
+    int port = self->ports[PORT_LIST_LEN - 1], attempts = 0;
+    long first = s_ms(self);
+    while (s_now() < self->deadline) {
+        attempts++;
+        if (s_dial_once(self, port) >= 0)
+            return;
+        s_sleep_ms(DIAL_RETRY_MS);
+    }
+    s_event(self, "timeout", "dial", port, "%d attempts from %ld ms, last: %s",
+            attempts, first, self->last_error ? strerrorname_np(self->last_error) : "");
+}
+
+static void s_engine_core(race_rank_t *self, int tp_port)
+{
+    if (self->delay_max_ms > 0)
+        s_sleep_ms((long) (s_random64() % (uint64_t) (self->delay_max_ms + 1)));
+    int dp = -1;
+    if (self->rank == 0 && (dp = s_bind_dp_store(self)) == -1)
+        s_event(self, "timeout", "dp-store", 0, "no port left to bind");
+    int tp = s_listen(tp_port);
+    if (tp == -1 && errno == EADDRINUSE)
+        s_event(self, "eaddrinuse", "tp-store", tp_port, NULL);
+    else
+    if (tp == -1)
+        s_event(self, "timeout", "tp-store", tp_port, "bind: %s", strerror(errno));
+    if (dp != -1) {
+        s_serve(self, dp);
+        close(dp);
+    }
+    else
+    if (self->rank > 0)
+        s_dial(self);
+    if (tp != -1)
+        close(tp);
+}
+
+static void s_json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else
+        if ((unsigned char) *s < 0x20)
+            fprintf(f, "\\u%04x", *s);
+        else
+            fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static int s_write_result(const race_rank_t *self)
+{
+    char path[512], tmp[520];
+    s_path(self, path, sizeof path, "result");
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "{\"trial\": %d, \"group\": %d, \"rank\": %d, \"engine\": \"c\", \"ports\": [",
+            self->trial, self->group, self->rank);
+    for (int i = 0; i < PORT_LIST_LEN; i++)
+        fprintf(f, "%s%d", i ? ", " : "", self->ports[i]);
+    fprintf(f, "], \"tp_port\": %d, \"unix_start_ms\": %lld, \"events\": [",
+            self->tp_port, self->unix_start_ms);
+    for (int i = 0; i < self->n_events; i++) {
+        const race_event_t *ev = &self->events[i];
+        fprintf(f, "%s{\"kind\": \"%s\", \"what\": \"%s\", \"port\": %d, \"detail\": ",
+                i ? ", " : "", ev->kind, ev->what, ev->port);
+        s_json_string(f, ev->detail);
+        fprintf(f, ", \"t_ms\": %ld}", ev->t_ms);
+    }
+    fprintf(f, "], \"foreign_peers\": %d, \"peers_ok\": %d, \"bound_port\": %d, "
+               "\"bound_t_ms\": %ld}\n",
+            self->foreign_peers, self->peers_ok, self->bound_port, self->bound_t_ms);
+    if (fclose(f) != 0)
+        return -1;
+    return rename(tmp, path);
+}
+
+static void s_usage(void)
+{
+    fprintf(stderr, "usage: rdzv-race-engine --trial T --group G --rank R --world N "
+                    "--dir DIR [--peer-host ADDR] [--delay-max-ms MS] [--timeout-ms MS]\n");
+}
+
+static int s_parse_args(race_rank_t *self, int argc, char **argv)
+{
+    static const struct option opts[] = {
+        { "trial", required_argument, NULL, 't' },
+        { "group", required_argument, NULL, 'g' },
+        { "rank", required_argument, NULL, 'r' },
+        { "world", required_argument, NULL, 'w' },
+        { "dir", required_argument, NULL, 'd' },
+        { "peer-host", required_argument, NULL, 'p' },
+        { "delay-max-ms", required_argument, NULL, 'D' },
+        { "timeout-ms", required_argument, NULL, 'T' },
+        { NULL, 0, NULL, 0 }
+    };
+    self->trial = self->group = self->rank = self->world = -1;
+    self->peer_host = "127.0.0.1";
+    self->delay_max_ms = 300;
+    self->timeout_ms = 800;
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+            case 't': self->trial = atoi(optarg); break;
+            case 'g': self->group = atoi(optarg); break;
+            case 'r': self->rank = atoi(optarg); break;
+            case 'w': self->world = atoi(optarg); break;
+            case 'd': self->dir = optarg; break;
+            case 'p': self->peer_host = optarg; break;
+            case 'D': self->delay_max_ms = atoi(optarg); break;
+            case 'T': self->timeout_ms = atoi(optarg); break;
+            default: return -1;
+        }
+    }
+    if (self->trial < 0 || self->group < 0 || self->rank < 0 || self->world < 1
+    ||  self->rank >= self->world || !self->dir || self->delay_max_ms < 0)
+        return -1;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static race_rank_t rank;
+    race_rank_t *self = &rank;
+    if (s_parse_args(self, argc, argv) == -1) {
+        s_usage();
+        return 2;
+    }
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    self->unix_start_ms = wall.tv_sec * 1000LL + wall.tv_nsec / 1000000;
+    self->start = s_now();
+    self->deadline = self->start + self->timeout_ms / 1000.0;
+    self->bound_t_ms = -1;
+    snprintf(self->token, sizeof self->token, "%016" PRIx64, s_random64());
+    const char *env = getenv("VLLM_PORT");
+    int vllm_port = env ? atoi(env) : 19500;
+    int own[PORT_LIST_LEN];
+    if (s_get_open_ports_list(vllm_port, own) == -1)
+        return 2;
+    if (self->rank == 0) {
+        memcpy(self->ports, own, sizeof own);
+        if (s_publish(self) == -1)
+            return 2;
+        /* serve until the last rank, which may bind late, had its window */
+        self->deadline = s_now() + (self->timeout_ms + self->delay_max_ms) / 1000.0;
+    }
+    else
+    if (!s_read_broadcast(self))
+        return s_write_result(self) == 0 ? 1 : 2;
+    int tp_port = self->tp_port = s_get_open_port(vllm_port);
+    if (tp_port == -1)
+        return 2;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == -1)
+        return 2;
+    if (pid == 0) {
+        s_engine_core(self, tp_port);
+        _exit(s_write_result(self) != 0 ? 2 : self->n_events ? 1 : 0);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) == -1 && errno == EINTR)
+        ;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 2;
+}

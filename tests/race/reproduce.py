@@ -1,0 +1,598 @@
+#!/usr/bin/python3
+"""Reproduce vLLM's bootstrap-port race, and show it gone under rdzv.
+
+Each trial starts G DP groups of R ranks at once; every rank is one "Pod"
+running an engine (engine.c or engine.py) that follows vLLM's port logic.
+Topologies:
+  shared  all Pods share this network namespace (hostNetwork, one node)
+  netns   one network namespace per Pod, veth pairs on a bridge in a namespace
+          of its own, rdzvd in another (needs root and `ip netns`)
+Modes:
+  bare    the engines alone, all with the same VLLM_PORT
+  rdzv    rdzvd plus one `rdzv agent` per Pod running the engine under the
+          LD_PRELOAD shim (the agent sets VLLM_PORT and LD_PRELOAD)
+Prints one JSON line per topology on stdout and a summary on stderr.  Exit
+status: 0, or 1 when --expect is not met, 2 on a harness error, 77 when every
+requested topology was skipped.  Standard library only.
+"""
+
+import argparse
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+KINDS = ("eaddrinuse", "wrong_peer", "timeout", "no_result", "off_plan", "leftover",
+         "server", "reserve_blocked")
+NS_PREFIX = "rdzvrace"
+NET_PREFIX = "10.213"          # only inside namespaces this harness creates
+SERVER_ADDR = NET_PREFIX + ".0.1"
+RDZVD_NS_PORT = 5555
+RDZVD_START_S = 5
+SKIP = 77
+KEEP_FAILED_MAX = 10
+FAILED_IDS_MAX = 100
+# Two runs in one namespace would share ports, and two agents of one uid
+# would share a port through SO_REUSEPORT: shared-topology runs take turns.
+SHARED_LOCK = os.path.join(tempfile.gettempdir(), "rdzv-race-shared.lock")
+KILL_GRACE_S = 0.5
+
+
+class Skip(Exception):
+    pass
+
+
+class Interrupted(Exception):
+    pass
+
+
+def s_run(cmd, check=True):
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, check=check)
+
+
+def s_pod_addr(i):
+    return "%s.%d.%d" % (NET_PREFIX, 1 + i // 250, 2 + i % 250)
+
+
+class Netns:
+    """A bridge namespace, one namespace per Pod and one for rdzvd."""
+
+    def __init__(self, n_pods):
+        self.prefix = "%s%d" % (NS_PREFIX, os.getpid())
+        self.bridge = self.prefix + "-br"
+        self.server = self.prefix + "-srv"
+        self.pods = ["%s-p%d" % (self.prefix, i) for i in range(n_pods)]
+        self.made = []
+
+    @staticmethod
+    def check():
+        if os.geteuid() != 0:
+            raise Skip("netns topology needs root (ip netns add); skipped")
+        if not shutil.which("ip"):
+            raise Skip("netns topology needs iproute2's ip; skipped")
+
+    @staticmethod
+    def remove_stale():
+        """Namespaces left by a run that was killed with SIGKILL."""
+        out = s_run(["ip", "netns", "list"], check=False).stdout
+        for line in out.splitlines():
+            m = re.match(r"(%s(\d+)-\S+)" % NS_PREFIX, line)
+            if m and not os.path.exists("/proc/%s" % m.group(2)):
+                s_run(["ip", "netns", "del", m.group(1)], check=False)
+
+    def _add(self, name):
+        s_run(["ip", "netns", "add", name])
+        self.made.append(name)
+        s_run(["ip", "-n", name, "link", "set", "lo", "up"])
+
+    def _attach(self, idx, name, addr):
+        veth = "v%d" % idx
+        s_run(["ip", "-n", self.bridge, "link", "add", veth, "type", "veth",
+               "peer", "name", "eth0", "netns", name])
+        s_run(["ip", "-n", self.bridge, "link", "set", veth, "master", "br0", "up"])
+        s_run(["ip", "-n", name, "addr", "add", addr + "/16", "dev", "eth0"])
+        s_run(["ip", "-n", name, "link", "set", "eth0", "up"])
+
+    def setup(self):
+        self.remove_stale()
+        self._add(self.bridge)
+        s_run(["ip", "-n", self.bridge, "link", "add", "br0", "type", "bridge"])
+        s_run(["ip", "-n", self.bridge, "link", "set", "br0", "up"])
+        self._add(self.server)
+        self._attach(0, self.server, SERVER_ADDR)
+        for i, name in enumerate(self.pods):
+            self._add(name)
+            self._attach(i + 1, name, s_pod_addr(i))
+
+    def teardown(self):
+        for name in reversed(self.made):
+            s_run(["ip", "netns", "del", name], check=False)
+        self.made = []
+
+    def wrap(self, pod):
+        name = self.server if pod is None else self.pods[pod]
+        return ["ip", "netns", "exec", name]
+
+
+class Rdzvd:
+    """One rdzvd, in the Pods' namespace (shared) or one of its own (netns)."""
+
+    def __init__(self, args, net, work):
+        self.args, self.net, self.work = args, net, work
+        self.proc = None
+        self.generation = 0
+
+    def endpoint(self):
+        with open(self.endpoint_file) as f:
+            return f.read().strip()
+
+    def start(self):
+        self.generation += 1
+        gen = os.path.join(self.work, "netns" if self.net else "shared",
+                           "rdzvd-%d" % self.generation)
+        os.makedirs(gen)
+        self.endpoint_file = os.path.join(gen, "endpoint")
+        a = self.args
+        bind = "tcp://%s:%s" % ((SERVER_ADDR, RDZVD_NS_PORT) if self.net
+                                else ("127.0.0.1", "*"))
+        cmd = [a.rdzvd, "--bind", bind, "--state-dir", os.path.join(gen, "state"),
+               "--endpoint-file", self.endpoint_file,
+               "--port-base", str(a.port_base), "--ports-per-rank", str(a.ports_per_rank),
+               "--port-limit", str(a.port_limit)]
+        if self.net:
+            # a bridge in namespaces of our own: nobody else can reach it
+            cmd = self.net.wrap(None) + cmd + s_supported(a.rdzvd, "--insecure-bind-any")
+        self.log = open(os.path.join(gen, "rdzvd.log"), "w")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        self._wait_ready()
+
+    def _wait_ready(self):
+        deadline = time.monotonic() + RDZVD_START_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("rdzvd exited with %s: %s"
+                                   % (self.proc.returncode, self.log_tail()))
+            if os.path.exists(self.endpoint_file):
+                return
+            time.sleep(0.01)
+        raise RuntimeError("rdzvd wrote no endpoint within %d s" % RDZVD_START_S)
+
+    def group_name(self, trial, g):
+        return "race-%d-%d-t%d-g%d" % (os.getpid(), self.generation, trial, g)
+
+    def delete_groups(self, trial, n_groups):
+        """As an operator deleting finished deployments: frees their plans."""
+        events = []
+        if self.proc.poll() is not None:
+            return events      # ensure_running() reports it before the next trial
+        for g in range(n_groups):
+            cmd = [self.args.rdzv, "group", "delete", "--server", self.endpoint(),
+                   "--group", self.group_name(trial, g), "--timeout", "2"]
+            if self.net:
+                cmd = self.net.wrap(None) + cmd
+            res = s_run(cmd, check=False)
+            if res.returncode != 0:
+                events.append({"kind": "server", "what": "group-delete", "group": g,
+                               "detail": "%s; rdzvd log: %s" % (res.stderr.strip(),
+                                                                self.log_tail())})
+        return events
+
+    def log_tail(self):
+        self.log.flush()
+        with open(self.log.name) as f:
+            return " | ".join(f.read().splitlines()[-3:])
+
+    def ensure_running(self):
+        """rdzvd gone (it crashed, or someone killed it): report and restart."""
+        if self.proc.poll() is None:
+            return []
+        ev = {"kind": "server", "what": "rdzvd-exited",
+              "detail": "status %s; rdzvd log: %s" % (self.proc.returncode, self.log_tail())}
+        self.log.close()
+        self.proc = None
+        self.start()
+        return [ev]
+
+    def stop(self):
+        if self.proc is not None:
+            s_kill(self.proc)
+            self.proc = None
+            self.log.close()
+
+
+def s_supported(program, flag):
+    """[FLAG] when PROGRAM's --help names it, else []."""
+    res = subprocess.run([program, "--help"], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, check=False)
+    return [flag] if flag in res.stdout else []
+
+
+def s_kill(proc):
+    """Ends PROC and its process group: SIGTERM, then SIGKILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if proc.poll() is not None:
+            break
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)   # stragglers of the group
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def s_reap_leftovers(tdir):
+    """A process of a trial that outlived its Pod (the engine's EngineCore,
+    an agent's child) could answer the next trial's dials: kill and report."""
+    events = []
+    needle = tdir.encode()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if any(needle in arg for arg in argv):
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            events.append({"kind": "leftover", "what": os.path.basename(argv[0].decode()),
+                           "detail": "pid %s: %s" % (pid, b" ".join(argv)[-200:].decode())})
+    return events
+
+
+class Harness:
+    def __init__(self, args):
+        self.args = args
+        self.live = []
+        self.current = None
+        self.kept = 0
+
+    def engine_cmd(self, trial, g, r, tdir, peer):
+        a = self.args
+        kind = a.engine
+        if kind == "mixed":
+            kind = "c" if (trial + g + r) % 2 == 0 else "py"
+        cmd = [a.engine_c] if kind == "c" else [a.python, a.engine_py]
+        return cmd + ["--trial", str(trial), "--group", str(g), "--rank", str(r),
+                      "--world", str(a.ranks), "--dir", tdir, "--peer-host", peer,
+                      "--delay-max-ms", str(a.delay_max_ms),
+                      "--timeout-ms", str(a.timeout_ms)]
+
+    def pod_cmd(self, trial, g, r, tdir, net, rdzvd):
+        a = self.args
+        pod = g * a.ranks + r
+        host = s_pod_addr(pod) if net else "127.0.0.1"
+        peer = s_pod_addr(g * a.ranks) if net else "127.0.0.1"
+        cmd = self.engine_cmd(trial, g, r, tdir, peer)
+        env = dict(os.environ)
+        env.pop("LD_PRELOAD", None)
+        if a.mode == "bare":
+            env["VLLM_PORT"] = str(a.vllm_port)
+        else:
+            env.pop("VLLM_PORT", None)
+            group = rdzvd.group_name(trial, g)
+            cmd = [a.rdzv, "agent", "--server", rdzvd.endpoint(), "--group", group,
+                   "--world", str(a.ranks), "--rank", str(r), "--host", host,
+                   "--socket", os.path.join(tdir, "agent-g%d-r%d.sock" % (g, r)),
+                   "--port-range", "%d-%d" % (a.port_base, a.port_limit)] \
+                + (["--shim", a.shim] if a.shim else []) + a.agent_arg + ["--"] + cmd
+        if net:
+            cmd = net.wrap(pod) + cmd
+        return cmd, env
+
+    def run_trial(self, trial, net, rdzvd):
+        a = self.args
+        tdir = os.path.join(self.work, "netns" if net else "shared", "t%d" % trial)
+        os.makedirs(tdir)
+        procs = []
+        t0 = time.monotonic()
+        for g in range(a.groups):
+            for r in range(a.ranks):
+                cmd, env = self.pod_cmd(trial, g, r, tdir, net, rdzvd)
+                log = open(os.path.join(tdir, "pod-g%d-r%d.log" % (g, r)), "w")
+                p = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+                log.close()
+                self.live.append(p)
+                procs.append((g, r, p))
+        deadline = t0 + a.timeout_ms / 1000.0 + a.trial_slack_s
+        for _, _, p in procs:
+            try:
+                p.wait(max(0.01, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                s_kill(p)
+            self.live.remove(p)
+        events = self.collect(trial, tdir, procs) + s_reap_leftovers(tdir)
+        return events, time.monotonic() - t0
+
+    def collect(self, trial, tdir, procs):
+        events = []
+        for g, r, p in procs:
+            path = os.path.join(tdir, "result-g%d-r%d.json" % (g, r))
+            try:
+                with open(path) as f:
+                    res = json.load(f)
+                events += [dict(ev, group=g, rank=r, engine=res["engine"])
+                           for ev in res["events"]]
+                events += self.check_managed(res, g, r)
+            except (OSError, ValueError, KeyError):
+                with open(os.path.join(tdir, "pod-g%d-r%d.log" % (g, r))) as f:
+                    log = f.read()
+                # the agent found a plan port held by a process outside the run
+                # and refused to start the engine rather than let it race
+                kind = "reserve_blocked" if "cannot reserve port" in log else "no_result"
+                events.append({"kind": kind, "what": "pod", "group": g, "rank": r,
+                               "detail": "exit %s: %s" % (p.returncode, log[-300:].strip())})
+        return events
+
+    def check_managed(self, res, g, r):
+        """Under rdzv every port an engine chose must be a managed one: else
+        the shim was not in the way and a clean run would prove nothing."""
+        a = self.args
+        if a.mode != "rdzv":
+            return []
+        off = [p for p in res["ports"] + [res["tp_port"]]
+               if not a.port_base <= p < a.port_limit]
+        if not off:
+            return []
+        return [{"kind": "off_plan", "what": "probe", "group": g, "rank": r,
+                 "engine": res["engine"], "detail": "ports %s" % off}]
+
+    def run_topology(self, topology):
+        a = self.args
+        net = rdzvd = None
+        stats = self.current = {
+            "mode": a.mode, "topology": topology, "engine": a.engine,
+            "trials": a.trials, "groups": a.groups, "ranks": a.ranks,
+            "failed_trials": 0, "failed_groups": 0,
+            "failures": {k: 0 for k in KINDS}, "by_what": {}}
+        lock = None
+        try:
+            if topology == "netns":
+                Netns.check()
+                net = Netns(a.groups * a.ranks)
+                net.setup()
+            else:
+                lock = s_take_lock()
+            if a.mode == "rdzv":
+                rdzvd = Rdzvd(a, net, self.work)
+                rdzvd.start()
+            self.run_trials(stats, net, rdzvd)
+        finally:
+            for p in list(self.live):
+                s_kill(p)
+            self.live = []
+            if rdzvd:
+                rdzvd.stop()
+            if net:
+                net.teardown()
+            if lock:
+                lock.close()
+        return stats
+
+    def run_trials(self, stats, net, rdzvd):
+        """On a signal, STATS holds the trials done so far, marked interrupted."""
+        a = self.args
+        total_s = 0.0
+        stats["trials"] = 0
+        try:
+            for trial in range(a.trials):
+                events = []
+                if rdzvd and a.rdzvd_restart_every and trial \
+                        and trial % a.rdzvd_restart_every == 0:
+                    rdzvd.stop()
+                    rdzvd.start()
+                if rdzvd:
+                    events += rdzvd.ensure_running()
+                trial_events, took = self.run_trial(trial, net, rdzvd)
+                events += trial_events
+                if rdzvd and not a.keep_groups:
+                    events += rdzvd.delete_groups(trial, a.groups)
+                total_s += took
+                stats["trials"] += 1
+                self.account(stats, trial, events)
+                if events:
+                    self.keep_failed(stats["topology"], trial, rdzvd)
+        except Interrupted:
+            stats["interrupted"] = True
+            raise
+        finally:
+            stats["trial_ms_mean"] = round(1000 * total_s / max(1, stats["trials"]))
+
+    def keep_failed(self, topology, trial, rdzvd):
+        """Copies the first failed trials' files (logs, results, the rdzvd log
+        so far) to --keep-failed DIR, for a post-mortem."""
+        a = self.args
+        if not a.keep_failed or self.kept >= KEEP_FAILED_MAX:
+            return
+        self.kept += 1
+        dest = os.path.join(a.keep_failed, "%s-%d-t%d" % (topology, os.getpid(), trial))
+        shutil.copytree(os.path.join(self.work, topology, "t%d" % trial), dest,
+                        ignore=shutil.ignore_patterns("*.sock"))
+        if rdzvd:
+            shutil.copy(rdzvd.log.name, dest)
+        print("kept trial %d in %s" % (trial, dest), file=sys.stderr)
+
+    def account(self, stats, trial, events):
+        stats["failed_groups"] += len({ev.get("group", -1) for ev in events})
+        if events:
+            stats["failed_trials"] += 1
+            stats.setdefault("failed_trial_ids", [])
+            if len(stats["failed_trial_ids"]) < FAILED_IDS_MAX:
+                stats["failed_trial_ids"].append(trial)
+            stats.setdefault("first_failures", [])
+            if len(stats["first_failures"]) < 3:
+                stats["first_failures"].append(dict(events[0], trial=trial))
+        for ev in events:
+            stats["failures"][ev["kind"]] += 1
+            key = "%s/%s" % (ev["kind"], ev["what"])
+            stats["by_what"][key] = stats["by_what"].get(key, 0) + 1
+        if self.args.verbose and events:
+            for ev in events:
+                print("trial %d: %s" % (trial, json.dumps(ev)), file=sys.stderr)
+
+    def run(self):
+        a = self.args
+        s_remove_stale_work()
+        self.work = tempfile.mkdtemp(prefix="rdzv-race-%d-" % os.getpid())
+        results, skipped = [], []
+        try:
+            for topology in (["shared", "netns"] if a.topology == "both" else [a.topology]):
+                try:
+                    st = self.run_topology(topology)
+                except Interrupted:
+                    if self.current and self.current["trials"]:
+                        print(json.dumps(self.current), flush=True)
+                        s_summary(self.current)
+                    raise
+                except Skip as e:
+                    print("SKIP %s: %s" % (topology, e), file=sys.stderr)
+                    skipped.append(topology)
+                    continue
+                print(json.dumps(st), flush=True)
+                s_summary(st)
+                results.append(st)
+        finally:
+            if a.keep:
+                print("kept %s" % self.work, file=sys.stderr)
+            else:
+                shutil.rmtree(self.work, ignore_errors=True)
+        if not results:
+            return SKIP
+        return 0 if s_expectation_met(a.expect, results) else 1
+
+
+def s_take_lock():
+    # read-only: whoever created the file, every user can lock it
+    lock = os.fdopen(os.open(SHARED_LOCK, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print("waiting for another shared-topology run (%s)" % SHARED_LOCK,
+              file=sys.stderr)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    return lock
+
+
+def s_remove_stale_work():
+    """Work directories of runs that were killed with SIGKILL."""
+    tmp = tempfile.gettempdir()
+    for name in os.listdir(tmp):
+        m = re.match(r"rdzv-race-(\d+)-", name)
+        if m and not os.path.exists("/proc/%s" % m.group(1)):
+            shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
+
+
+def s_summary(st):
+    f = st["failures"]
+    print("%s/%s: %d of %d trials failed, %d of %d groups (%d groups x %d ranks, "
+          "%s engines, %d ms a trial): %s"
+          % (st["mode"], st["topology"], st["failed_trials"], st["trials"],
+             st["failed_groups"], st["trials"] * st["groups"], st["groups"],
+             st["ranks"], st["engine"], st["trial_ms_mean"],
+             ", ".join("%s %d" % (k, f[k]) for k in KINDS)), file=sys.stderr)
+    for ev in st.get("first_failures", []):
+        print("  e.g. %s" % json.dumps(ev), file=sys.stderr)
+
+
+def s_expectation_met(expect, results):
+    ok = True
+    for st in results:
+        if expect == "race" and st["topology"] == "shared" \
+                and 2 * st["failed_trials"] <= st["trials"]:
+            print("FAIL: expected the race in most trials of the shared topology",
+                  file=sys.stderr)
+            ok = False
+        if expect == "clean" and st["failed_trials"] > 0:
+            print("FAIL: expected no failures in %s" % st["topology"], file=sys.stderr)
+            ok = False
+    return ok
+
+
+def s_parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n", 1)[1])
+    p.add_argument("--mode", choices=("bare", "rdzv"), default="bare")
+    p.add_argument("--topology", choices=("shared", "netns", "both"), default="shared")
+    p.add_argument("--trials", type=int, default=20)
+    p.add_argument("--groups", type=int, default=4, help="DP groups a trial")
+    p.add_argument("--ranks", type=int, default=2, help="ranks (Pods) a group")
+    p.add_argument("--engine", choices=("c", "py", "mixed"), default="mixed")
+    p.add_argument("--engine-c", default=os.environ.get("RACE_ENGINE_C", ""))
+    p.add_argument("--engine-py", default=os.path.join(HERE, "engine.py"))
+    p.add_argument("--python", default="/usr/bin/python3")
+    p.add_argument("--vllm-port", type=int, default=19500, help="bare mode's VLLM_PORT")
+    p.add_argument("--delay-max-ms", type=int, default=300,
+                   help="random delay between probe and bind (model loading)")
+    p.add_argument("--timeout-ms", type=int, default=600, help="an engine's deadline")
+    p.add_argument("--trial-slack-s", type=float, default=5.0,
+                   help="after the deadline, how long before Pods are killed")
+    p.add_argument("--rdzvd", default=os.environ.get("RDZVD", ""))
+    p.add_argument("--rdzv", default=os.environ.get("RDZV", ""))
+    p.add_argument("--shim", default=os.environ.get("RDZV_SHIM", ""),
+                   help="librdzv_shim.so (default: the agent's own)")
+    p.add_argument("--agent-arg", action="append", default=[],
+                   help="extra argument for `rdzv agent` (repeatable)")
+    p.add_argument("--port-base", type=int, default=20000)
+    p.add_argument("--ports-per-rank", type=int, default=32,
+                   help="at least 16: the agent sets VLLM_DP_MASTER_PORT to the plan's "
+                        "first port and get_open_port() skips ten from there")
+    p.add_argument("--port-limit", type=int, default=30000)
+    p.add_argument("--rdzvd-restart-every", type=int, default=0,
+                   help="restart rdzvd with a fresh state every N trials (0: never)")
+    p.add_argument("--keep-groups", action="store_true",
+                   help="do not delete each trial's groups from rdzvd afterwards")
+    p.add_argument("--expect", choices=("race", "clean", "none"), default="none")
+    p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument("--keep-failed", metavar="DIR",
+                   help="copy the first %d failed trials' files to DIR" % KEEP_FAILED_MAX)
+    p.add_argument("-v", "--verbose", action="store_true")
+    a = p.parse_args(argv)
+    if a.engine != "py" and not os.access(a.engine_c, os.X_OK):
+        p.error("--engine %s needs --engine-c (the built rdzv-race-engine)" % a.engine)
+    if a.mode == "rdzv" and not (os.access(a.rdzvd, os.X_OK) and os.access(a.rdzv, os.X_OK)):
+        p.error("--mode rdzv needs --rdzvd and --rdzv (built executables)")
+    if a.trials < 1 or a.groups < 1 or a.ranks < 1:
+        p.error("--trials, --groups and --ranks must be positive")
+    return a
+
+
+def s_interrupt(signum, frame):
+    raise Interrupted("signal %d" % signum)
+
+
+def main(argv):
+    args = s_parse_args(argv)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, s_interrupt)
+    try:
+        return Harness(args).run()
+    except Interrupted as e:
+        print("interrupted (%s); cleaned up" % e, file=sys.stderr)
+        return 2
+    except (RuntimeError, subprocess.CalledProcessError, OSError) as e:
+        detail = getattr(e, "stderr", "") or ""
+        print("error: %s %s" % (e, detail.strip()), file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
