@@ -174,6 +174,12 @@ static int s_check_range(const rdzv_config_t *cfg)
                 cfg->port_base, cfg->ports_per_rank, cfg->port_limit);
         return -1;
     }
+    /* vLLM skips the ten ports from VLLM_DP_MASTER_PORT (the plan's first)
+     * when it scans for more, so a shorter plan sends its scans outside. */
+    if (cfg->ports_per_rank < 16)
+        fprintf(stderr, "rdzvd: warning: --ports-per-rank %d is under 16; vLLM skips the 10 ports "
+                "from VLLM_DP_MASTER_PORT and its port scans would leave the plan\n",
+                cfg->ports_per_rank);
     FILE *f = fopen(S_EPHEMERAL_FILE, "r");
     int lo = 0, hi = 0;
     if (!f || fscanf(f, "%d %d", &lo, &hi) != 2) {
