@@ -14,6 +14,7 @@
 #ifndef RDZV_H
 #define RDZV_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -96,6 +97,23 @@ int rdzv_join(rdzv_client_t *self, const rdzv_join_args_t *args,
  * group has moved past the given epoch. */
 int rdzv_heartbeat(rdzv_client_t *self, const char *group, int rank,
                    int64_t epoch, int64_t *epoch_out);
+
+/* A background heartbeat for the rank of assignment: a thread with its own
+ * connection under session (the session the rank joined with) that calls
+ * rdzv_heartbeat every interval_ms (<= 0: $RDZV_HEARTBEAT seconds, else
+ * 5 s), so rdzvd shows the rank alive while it runs. Returns NULL on
+ * failure, reason in err. Stop it (joins the thread) with
+ * rdzv_heartbeat_stop. */
+typedef struct rdzv_heartbeat rdzv_heartbeat_t;
+rdzv_heartbeat_t *rdzv_heartbeat_start(const char *endpoint, const char *session,
+                                       const rdzv_assignment_t *assignment,
+                                       int interval_ms, char *err, size_t errlen);
+void rdzv_heartbeat_stop(rdzv_heartbeat_t **self_p);
+/* True once rdzvd said the group moved past the assignment's epoch (a rank
+ * restarted): the program should join again. */
+bool rdzv_heartbeat_stale(const rdzv_heartbeat_t *self);
+/* Heartbeats rdzvd has acknowledged. */
+uint64_t rdzv_heartbeat_count(const rdzv_heartbeat_t *self);
 
 /* KV scoped to group and epoch; values are byte strings up to 64 KiB that
  * must not contain NUL. *value_out is malloc'd, NUL-terminated, the

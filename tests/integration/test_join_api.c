@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "harness.h"
 #include "rdzv.h"
 
@@ -232,6 +234,52 @@ START_TEST(test_kv_and_status)
 }
 END_TEST
 
+/* alive flag of rank in `rdzv status` of group. */
+static bool s_alive(rdzv_client_t *c, const char *group, int rank)
+{
+    char *status = NULL;
+    ck_assert_int_eq(rdzv_status(c, group, &status), RDZV_OK);
+    cJSON *groups = cJSON_Parse(status);
+    const cJSON *members = cJSON_GetObjectItem(cJSON_GetArrayItem(groups, 0), "members");
+    bool alive = cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(members, rank), "alive"));
+    cJSON_Delete(groups);
+    free(status);
+    return alive;
+}
+
+START_TEST(test_background_heartbeat)
+{
+    rdzv_test_server_cleanup(&server);
+    rdzv_test_server_start(&server, "--no-nccl --dead-after 1");
+    s_rank_t *ranks = s_run_group("hb", 2, 2);
+    char err[256];
+    rdzv_heartbeat_t *hb = rdzv_heartbeat_start(server.endpoint, ranks[0].session,
+                                                ranks[0].assignment, 200, err, sizeof err);
+    ck_assert_msg(hb != NULL, "%s", err);
+    rdzv_client_t *c = rdzv_client_new(server.endpoint, NULL, err, sizeof err);
+    usleep(1500000);
+    ck_assert(s_alive(c, "hb", 0));          /* beating */
+    ck_assert(!s_alive(c, "hb", 1));         /* silent for over --dead-after */
+    ck_assert_uint_ge(rdzv_heartbeat_count(hb), 4);
+    ck_assert(!rdzv_heartbeat_stale(hb));
+    /* Rank 1 restarts: the group moves on and the heartbeat notices. */
+    pthread_t t;
+    s_rank_t again = { .group = "hb", .world = 2, .rank = 1, .node = "node-1", .timeout_ms = 3000 };
+    ck_assert_int_eq(pthread_create(&t, NULL, s_join_thread, &again), 0);
+    usleep(800000);
+    ck_assert(rdzv_heartbeat_stale(hb));
+    pthread_join(t, NULL);
+    rdzv_heartbeat_stop(&hb);
+    rdzv_heartbeat_stop(&hb);
+    ck_assert_ptr_null(hb);
+    usleep(1500000);
+    ck_assert(!s_alive(c, "hb", 0));         /* stopped: dead after --dead-after */
+    rdzv_client_destroy(&c);
+    rdzv_assignment_destroy(&again.assignment);
+    s_free_group(ranks, 2);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("join_api");
@@ -246,6 +294,7 @@ int main(void)
     tcase_add_test(tc, test_join_rides_through_server_restart);
     tcase_add_test(tc, test_timeout_and_refusals);
     tcase_add_test(tc, test_kv_and_status);
+    tcase_add_test(tc, test_background_heartbeat);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
