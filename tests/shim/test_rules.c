@@ -73,7 +73,7 @@ static Suite *s_suite(void)
 int main(void)
 {
     SRunner *sr = srunner_create(s_suite());
-    srunner_run_all(sr, CK_NORMAL);
+    srunner_run_all(sr, CK_ENV);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
