@@ -654,7 +654,10 @@ def case_vanish_10k(opts):
             fd_ok = False
         fd1, rss1 = srv.fd_count(), srv.rss_kb()
         TAP.ok(fd_ok, "rdzvd holds %d descriptors after the storm (%d before)" % (fd1, fd0))
-        TAP.ok(srv.proc.poll() is None and rss1 < rss0 + 64 * 1024,
+        # ASan keeps freed memory in quarantine (256 MiB by default), so the
+        # bound on growth holds only for the plain build.
+        bound = rss0 + (512 if os.environ.get("FAULT_SANITIZED") else 64) * 1024
+        TAP.ok(srv.proc.poll() is None and rss1 < bound,
                "rdzvd alive, RSS %d KiB after (%d KiB before)" % (rss1, rss0))
     finally:
         srv.close()
