@@ -8,6 +8,7 @@
 
 #define S_BATCH 4096             /* requests handled before one commit */
 #define S_TICK_MS 100
+#define S_COMMIT_WINDOW_MS 2         /* longest a reply waits for batch-mates */
 
 struct rdzv_server {
     rdzv_core_t *core;
@@ -76,15 +77,34 @@ static void s_commit_and_send(rdzv_server_t *self)
     fflush(stderr);
 }
 
+/* Handles what is queued; returns how many requests that was. */
+static int s_drain(rdzv_server_t *self, void *sock, int budget)
+{
+    int64_t now = rdzv_now_ms();
+    int handled = 0;
+    while (handled < budget && s_recv_one(self, sock, now) != 0)
+        handled++;
+    return handled;
+}
+
+/* Group commit: while requests keep arriving, keep handling them for up to
+ * S_COMMIT_WINDOW_MS before the one fsync that covers them all, so a burst
+ * that trickles in pays a few fsyncs rather than one per trickle. A lone
+ * request waits at most one window. */
 static int s_on_router(zloop_t *loop, zsock_t *reader, void *arg)
 {
     rdzv_server_t *self = arg;
     void *sock = zsock_resolve(reader);
-    int64_t now = rdzv_now_ms();
     pthread_mutex_lock(&self->core->lock);
-    for (int i = 0; i < S_BATCH; i++)
-        if (s_recv_one(self, sock, now) == 0)
+    int handled = s_drain(self, sock, S_BATCH);
+    int64_t until = rdzv_now_ms() + S_COMMIT_WINDOW_MS;
+    while (handled < S_BATCH && rdzv_journal_pending(self->core->journal)
+           && rdzv_now_ms() < until) {
+        zmq_pollitem_t item = { .socket = sock, .events = ZMQ_POLLIN };
+        if (zmq_poll(&item, 1, S_COMMIT_WINDOW_MS) <= 0)
             break;
+        handled += s_drain(self, sock, S_BATCH - handled);
+    }
     s_commit_and_send(self);
     pthread_mutex_unlock(&self->core->lock);
     return 0;
