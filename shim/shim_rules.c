@@ -18,8 +18,12 @@ rdzv_shim_action_t rdzv_shim_classify(const rdzv_shim_bind_t *b, int base, int l
     if (!rdzv_shim_is_candidate(b))
         return RDZV_SHIM_PASS;
     bool reuse = b->reuseaddr || b->reuseport;
+    /* vLLM's port-0 probe binds the wildcard ("", 0). A port-0 bind to one
+     * interface's address is a listener letting the kernel choose (NCCL's
+     * bootstrap and proxy sockets, Gloo): race-free, and it must not take a
+     * plan port that a later listener of the engine will ask for. */
     if (b->port == 0)
-        return reuse ? RDZV_SHIM_PASS : RDZV_SHIM_PROBE0;
+        return reuse || !b->wildcard ? RDZV_SHIM_PASS : RDZV_SHIM_PROBE0;
     if (b->port < base || b->port >= limit)
         return RDZV_SHIM_PASS;
     return reuse ? RDZV_SHIM_LISTENER : RDZV_SHIM_PROBE;

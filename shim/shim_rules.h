@@ -21,6 +21,7 @@ typedef struct {
     bool reuseaddr;
     bool reuseport;
     bool already_bound;        /* getsockname() shows a port */
+    bool wildcard;             /* the address is 0.0.0.0 or :: */
 } rdzv_shim_bind_t;
 
 /* Whether a bind is a TCP bind over IPv4 or IPv6 of an unbound socket: the

@@ -83,6 +83,9 @@ static void s_describe(int fd, const struct sockaddr *addr, socklen_t len, rdzv_
     }
     b->port = ntohs(b->addr_family == AF_INET ? ((const struct sockaddr_in *) addr)->sin_port
                                               : ((const struct sockaddr_in6 *) addr)->sin6_port);
+    b->wildcard = b->addr_family == AF_INET
+        ? ((const struct sockaddr_in *) addr)->sin_addr.s_addr == htonl(INADDR_ANY)
+        : IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *) addr)->sin6_addr);
     b->domain = s_intopt(fd, SOL_SOCKET, SO_DOMAIN);
     b->type = s_intopt(fd, SOL_SOCKET, SO_TYPE);
     b->protocol = s_intopt(fd, SOL_SOCKET, SO_PROTOCOL);

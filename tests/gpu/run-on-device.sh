@@ -14,6 +14,10 @@
 #       vLLM-like probe-then-bind engines of tests/race (c3, if present)
 # Falls back to the root namespace and 127.0.0.1 when `ip netns` fails.
 #
+# ONLY=a1,b1r,c2 (comma list of a1 a2 a3 b1 b1r c1 c2 c3) runs just those
+# steps; HANG_S (default 50) is when dp_allreduce.py dumps its stacks and
+# exits; 8 s before that DIAG lists every TCP listener of the namespaces with
+# its process and the torch processes' threads (diag-*.txt).
 # Usage: tests/gpu/run-on-device.sh [BIN]   (BIN default .device/gpu: rdzvd,
 # rdzv-nccl-root, rdzv, librdzv.so.0, librdzv_shim.so, allreduce, ip and the
 # libraries they need). Writes gpu.log and logs.tar.gz under $OUT (or /tmp).
@@ -36,6 +40,9 @@ if [ -d "$BIN/extra" ] && ldd "$BIN/rdzvd" | grep -q 'not found'; then
     export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$BIN/extra
 fi
 PY=$(command -v python3)
+ONLY=${ONLY:-}
+HANG_S=${HANG_S:-50}
+want() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
 T0=$(date +%s.%N)
 NS=1
 SRV=10.77.0.1
@@ -108,8 +115,8 @@ fi
 [ "$NS" = 1 ] && export NCCL_CUMEM_ENABLE=${NCCL_CUMEM_ENABLE:-0}
 # dp_allreduce.py with every thread's stack dumped if it is still running
 # after 50 s (a hang under the shim was seen on 2026-11-29).
-DP=("$PY" -X faulthandler -c 'import faulthandler, runpy, sys
-faulthandler.dump_traceback_later(50, exit=True)
+DP=("$PY" -X faulthandler -c 'import faulthandler, os, runpy, sys
+faulthandler.dump_traceback_later(int(os.environ.get("HANG_S", "50")), exit=True)
 sys.argv = sys.argv[1:]
 runpy.run_path(sys.argv[0], run_name="__main__")' "$ROOT/examples/torch/dp_allreduce.py")
 node_arg() { [ "$NS" = 1 ] && echo "--node=$1" || echo "--node=$(hostname)"; }
@@ -138,6 +145,35 @@ result() {
         | tee -a "$W/summary"
 }
 show() { for f in "$@"; do [ -s "$f" ] && { echo "--- $(basename "$f")"; tail -n 25 "$f"; }; done; }
+# diag NAME NS...: after HANG_S-8 s, every TCP listener in the namespaces with
+# the pid/comm owning it, and the python processes' threads, into $OUTDIR.
+diag() {
+    local name=$1; shift
+    ( sleep $((HANG_S - 8)); for ns in "$@"; do echo "## netns $ns"
+        inns "$ns" "$PY" -c '
+import os, glob
+inode_owner = {}
+for fd in glob.glob("/proc/[0-9]*/fd/*"):
+    try: t = os.readlink(fd)
+    except OSError: continue
+    if t.startswith("socket:["):
+        pid = fd.split("/")[2]
+        try: comm = open("/proc/%s/comm" % pid).read().strip()
+        except OSError: comm = "?"
+        inode_owner.setdefault(t[8:-1], set()).add("%s/%s" % (pid, comm))
+for f in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for line in open(f).readlines()[1:]:
+        x = line.split()
+        st = {"0A": "LISTEN", "01": "ESTAB", "02": "SYN_SENT"}.get(x[3], x[3])
+        if st in ("LISTEN", "ESTAB", "SYN_SENT"):
+            port = int(x[1].split(":")[1], 16); rport = int(x[2].split(":")[1], 16)
+            print(f[10:], st, "local", port, "peer", rport, "rxq/txq", x[4], "owners", sorted(inode_owner.get(x[9], [])))
+'; done
+      for pid in $(pgrep -f dp_allreduce.py); do echo "## pid $pid threads:"; cat /proc/$pid/task/*/comm | sort | uniq -c | tr '\n' ' '; echo
+        echo "## pid $pid wchan per thread:"; for t in /proc/$pid/task/*; do printf '%s:%s ' "$(cat $t/comm)" "$(cat $t/wchan 2>/dev/null)"; done; echo
+        command -v cuda-gdb >/dev/null && timeout 25 cuda-gdb -p "$pid" -batch -ex 'thread apply all bt 12' 2>&1 | grep -E '^(Thread|#)' | head -150
+      done ) >"$OUTDIR/diag-$name.txt" 2>&1 &
+}
 
 section "a1: allreduce under rdzv agent, rdzvd-made ID"
 # run_a1 GROUP [VAR=VALUE...]
@@ -154,14 +190,15 @@ run_a1() {
     result "$g-allreduce-agent-server-id${1:+ ($*)}" $rc "$t"
     show "$W/$g".*.out "$W/$g".*.err
 }
-run_a1 a1
-if [ "$rc" != 0 ]; then
+want a1 && run_a1 a1
+if want a1 && [ "$rc" != 0 ]; then
     echo "a1 failed: once more with NCCL_DEBUG=INFO"
     run_a1 a1r NCCL_DEBUG=INFO
 fi
 id=$(sed -n 's/^RDZV_NCCL_UNIQUE_ID=//p' "$W/a1-0.sock.env" 2>/dev/null)
-[ -n "$id" ] && { echo "--- rdzv nccl-id decode (a1's ID)"; "$BIN/rdzv" nccl-id decode "$id"; }
+[ -n "${id:-}" ] && { echo "--- rdzv nccl-id decode (a1's ID)"; "$BIN/rdzv" nccl-id decode "$id"; }
 
+if want a2; then
 section "a2: allreduce under rdzv join --nccl-id rank0 (ID made in rank 0's rdzv process)"
 # rank 1 starts 2 s early: its join must wait for rank 0's IDs.
 t=$(date +%s.%N)
@@ -177,7 +214,9 @@ p0=$!
 rc=0; wait $p1 || rc=$?; wait $p0 || rc=$?
 result a2-allreduce-join-rank0-id $rc "$t"
 show "$W"/a2.*.out "$W"/a2.*.err
+fi
 
+if want a3; then
 section "a3: allreduce under rdzv agent with RDZV_NCCL_ID=rank0 (ID made in rank 0's agent)"
 t=$(date +%s.%N)
 for r in 0 1; do
@@ -189,6 +228,7 @@ done
 rc=0; for p in $(jobs -p | grep -v "^$RDZVD_PID\$"); do wait "$p" || rc=$?; done
 result a3-allreduce-agent-rank0-id $rc "$t"
 show "$W"/a3.*.out "$W"/a3.*.err
+fi
 
 section "b1: torch dp_allreduce.py under rdzv agent + shim, RDZV_SHIM_NCCL=1, 2 IDs"
 # run_b1 GROUP [VAR=VALUE...]
@@ -197,7 +237,7 @@ run_b1() {
     t=$(date +%s.%N)
     for r in 0 1; do
         inns "rdzv-r$r" env CUDA_VISIBLE_DEVICES=$r LOCAL_RANK=0 RDZV_NCCL_IDS=2 \
-            RDZV_SHIM_NCCL=1 RDZV_SHIM_NCCL_VERBOSE=1 "$@" timeout 90 \
+            RDZV_SHIM_NCCL=1 RDZV_SHIM_NCCL_VERBOSE=1 "$@" timeout $((HANG_S + 40)) \
             "$BIN/rdzv" agent --server "$EP" --group "$g" --world 2 --rank $r "$(node_arg "r$r")" \
             --socket "$W/$g-$r.sock" --shim "$BIN/librdzv_shim.so" \
             -- "${DP[@]}" >"$W/$g.$r.out" 2>"$W/$g.$r.err" &
@@ -206,13 +246,17 @@ run_b1() {
     result "$g-torch-agent-shim-nccl${1:+ ($*)}" $rc "$t"
     show "$W/$g".*.out "$W/$g".*.err
 }
-run_b1 b1
-if [ "$rc" != 0 ]; then
-    echo "b1 failed: once more with NCCL_DEBUG=INFO"
+rc=0
+want b1 && run_b1 b1
+if { want b1 && [ "$rc" != 0 ]; } || { [ -n "$ONLY" ] && want b1r; }; then
+    echo "b1 failed (or ONLY=b1r): once more with NCCL_DEBUG=INFO"
+    diag b1r rdzv-r0 rdzv-r1
     run_b1 b1r NCCL_DEBUG=INFO
+    sed -n '/Thread\|File\|Timeout/p' "$W"/b1r.*.err | head -80
 fi
 grep -h 'RDZV_NCCL_UNIQUE_IDS=' "$W/b1-0.sock.env" 2>/dev/null | awk -F'[=,]' '{print "b1 IDs in the assignment:", NF-1}'
 
+if want c1; then
 section "c1: negative control, no rdzv: two one-rank jobs, one namespace, one VLLM_PORT"
 t=$(date +%s.%N)
 for j in 0 1; do
@@ -224,11 +268,14 @@ done
 rcs=""; for p in $(jobs -p | grep -v "^$RDZVD_PID\$"); do wait "$p"; rcs="$rcs $?"; done
 result "c1-no-rdzv-shared-port(rcs:${rcs# })" 0 "$t"
 show "$W"/c1.*.out; grep -h -m3 -i 'error\|in use' "$W"/c1.*.err
+fi
 
+if want c2; then
+diag c2 rdzv-shared
 section "c2: the same two jobs under rdzv agents in the shared namespace"
 t=$(date +%s.%N)
 for j in 0 1; do
-    inns rdzv-shared env CUDA_VISIBLE_DEVICES=$j LOCAL_RANK=0 VLLM_PORT=29500 timeout 60 \
+    inns rdzv-shared env CUDA_VISIBLE_DEVICES=$j LOCAL_RANK=0 VLLM_PORT=29500 timeout $((HANG_S + 10)) \
         "$BIN/rdzv" agent --server "$EP" --group "c2-$j" --world 1 --rank 0 "$(node_arg shared)" \
         --socket "$W/c2-$j.sock" --shim "$BIN/librdzv_shim.so" \
         -- "${DP[@]}" >"$W/c2.$j.out" 2>"$W/c2.$j.err" &
@@ -236,8 +283,10 @@ done
 rcs=""; for p in $(jobs -p | grep -v "^$RDZVD_PID\$"); do wait "$p"; rcs="$rcs $?"; done
 result "c2-rdzv-shared-ns(rcs:${rcs# })" 0 "$t"
 show "$W"/c2.*.out; grep -h -m3 -i 'error' "$W"/c2.*.err
+sed -n '/Thread\|File\|Timeout/p' "$W"/c2.*.err | head -80
+fi
 
-if [ -f "$ROOT/tests/race/reproduce.py" ]; then
+if want c3 && [ -f "$ROOT/tests/race/reproduce.py" ]; then
     section "c3: vLLM-like probe-then-bind engines (tests/race), shared namespace"
     for mode in bare rdzv; do
         t=$(date +%s.%N)

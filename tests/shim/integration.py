@@ -214,6 +214,26 @@ print(json.dumps([first, second, bound, kernel]))
     check(not pod.base <= kernel < pod.limit, "a SO_REUSEADDR port-0 bind was managed")
 
 
+def case_port0_on_address(pod):
+    """NCCL's bootstrap and proxy listeners bind port 0 on the interface's
+    address with no flags, then listen: they pass through to the kernel, so
+    a store's listener on the master port later gets every connection."""
+    got = pod.py_json(PROBE + """
+n = socket.socket(); n.bind(("127.0.0.1", 0)); n.listen(); nccl = n.getsockname()[1]
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("0.0.0.0", %d)); l.listen(16); l.settimeout(5)
+reached = 0
+for _ in range(8):
+    c = socket.create_connection(("127.0.0.1", %d), timeout=5)
+    a, _ = l.accept(); a.close(); c.close(); reached += 1
+print(json.dumps([nccl, reached]))
+""" % (pod.plan[0], pod.plan[0]))
+    nccl, reached = got
+    check(not pod.base <= nccl < pod.limit,
+          "a port-0 listener on one address took managed port %d" % nccl)
+    check(reached == 8, "the master-port listener accepted %d of 8 connections" % reached)
+
+
 def case_exhausted(pod):
     """Once the plan is leased, probes and port-0 probes get EADDRINUSE, and so
     does every other port of the range."""
@@ -475,6 +495,7 @@ POD_CASES = {
     "two_processes_scan": case_two_processes_scan,
     "probe_then_listener": case_probe_then_listener,
     "port0_probe": case_port0_probe,
+    "port0_on_address": case_port0_on_address,
     "exhausted": case_exhausted,
     "foreign_listener": case_foreign_listener,
     "c_listener_v4": listener_case("v4"),

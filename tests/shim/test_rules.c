@@ -15,8 +15,10 @@ typedef struct {
     rdzv_shim_action_t want;
 } s_case_t;
 
-#define TCP4(port, ra, rp) { AF_INET, SOCK_STREAM, IPPROTO_TCP, AF_INET, port, ra, rp, false }
-#define TCP6(port, ra, rp) { AF_INET6, SOCK_STREAM, IPPROTO_TCP, AF_INET6, port, ra, rp, false }
+/* ... already_bound, wildcard address */
+#define TCP4(port, ra, rp) { AF_INET, SOCK_STREAM, IPPROTO_TCP, AF_INET, port, ra, rp, false, true }
+#define TCP6(port, ra, rp) { AF_INET6, SOCK_STREAM, IPPROTO_TCP, AF_INET6, port, ra, rp, false, true }
+#define TCP4_AT(port, ra, rp) { AF_INET, SOCK_STREAM, IPPROTO_TCP, AF_INET, port, ra, rp, false, false }
 
 static const s_case_t s_cases[] = {
     { "probe v4", TCP4(20003, false, false), RDZV_SHIM_PROBE },
@@ -25,17 +27,21 @@ static const s_case_t s_cases[] = {
     { "listener SO_REUSEPORT", TCP6(20015, false, true), RDZV_SHIM_LISTENER },
     { "port-0 probe", TCP4(0, false, false), RDZV_SHIM_PROBE0 },
     { "port 0 SO_REUSEADDR", TCP4(0, true, false), RDZV_SHIM_PASS },
+    /* NCCL's bootstrap and proxy listeners: port 0 on the interface address. */
+    { "port 0 on one address, no flags", TCP4_AT(0, false, false), RDZV_SHIM_PASS },
+    { "probe of a plan port on one address", TCP4_AT(20003, false, false), RDZV_SHIM_PROBE },
+    { "listener on one address", TCP4_AT(20003, true, false), RDZV_SHIM_LISTENER },
     { "port 0 SO_REUSEPORT", TCP6(0, false, true), RDZV_SHIM_PASS },
     { "below the range", TCP4(19999, false, false), RDZV_SHIM_PASS },
     { "at the limit", TCP4(20016, true, false), RDZV_SHIM_PASS },
-    { "udp", { AF_INET, SOCK_DGRAM, IPPROTO_UDP, AF_INET, 20003, false, false, false },
+    { "udp", { AF_INET, SOCK_DGRAM, IPPROTO_UDP, AF_INET, 20003, false, false, false, true },
       RDZV_SHIM_PASS },
-    { "sctp stream", { AF_INET, SOCK_STREAM, IPPROTO_SCTP, AF_INET, 20003, false, false, false },
+    { "sctp stream", { AF_INET, SOCK_STREAM, IPPROTO_SCTP, AF_INET, 20003, false, false, false, true },
       RDZV_SHIM_PASS },
     { "family mismatch", { AF_INET6, SOCK_STREAM, IPPROTO_TCP, AF_INET, 20003, false, false,
-                           false }, RDZV_SHIM_PASS },
-    { "unix", { AF_UNIX, SOCK_STREAM, 0, AF_UNIX, 0, false, false, false }, RDZV_SHIM_PASS },
-    { "already bound", { AF_INET, SOCK_STREAM, IPPROTO_TCP, AF_INET, 20003, true, false, true },
+                           false, true }, RDZV_SHIM_PASS },
+    { "unix", { AF_UNIX, SOCK_STREAM, 0, AF_UNIX, 0, false, false, false, false }, RDZV_SHIM_PASS },
+    { "already bound", { AF_INET, SOCK_STREAM, IPPROTO_TCP, AF_INET, 20003, true, false, true, true },
       RDZV_SHIM_PASS },
 };
 
