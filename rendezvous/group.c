@@ -4,6 +4,7 @@
 #include "core.h"
 #include "rdzv_proto.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,10 +14,15 @@ static const char *s_str(const cJSON *rec, const char *name)
     return cJSON_IsString(item) ? item->valuestring : NULL;
 }
 
+/* A record's number, refused unless it is an integer a double holds
+ * exactly: a damaged or hostile journal must not reach a float-to-integer
+ * conversion that overflows (undefined behaviour; found by fuzz_records). */
 static int s_num(const cJSON *rec, const char *name, int64_t *out)
 {
     const cJSON *item = cJSON_GetObjectItemCaseSensitive(rec, name);
-    if (!cJSON_IsNumber(item))
+    if (!cJSON_IsNumber(item) || !(item->valuedouble >= -9007199254740992.0)
+        || !(item->valuedouble <= 9007199254740992.0)
+        || item->valuedouble != floor(item->valuedouble))
         return -1;
     *out = (int64_t) item->valuedouble;
     return 0;
