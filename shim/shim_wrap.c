@@ -179,7 +179,9 @@ static int s_managed_bind(int fd, const struct sockaddr *addr, socklen_t len,
     }
     int err = s_install(fd, passed);
     rdzv_shim_real()->close(passed);
-    if (req.kind == RDZV_BIND_LISTENER) {
+    /* Listeners and probes alike: the agent keeps a duplicate of each and
+     * must hear when the process closes its own. */
+    if (rep.handle) {
         rdzv_shim_agent_track(fd, rep.handle);
         if (err)
             rdzv_shim_agent_closed(fd);

@@ -27,6 +27,17 @@ typedef struct {
     int port;
 } s_handover_t;
 
+/* A socket passed for a probe, kept so that the agent sees when it starts
+ * listening behind its back (a wildcard port-0 bind followed by listen()). */
+typedef struct {
+    uint64_t handle;           /* the shim reports its close with it */
+    uint64_t conn_id;
+    int fd;
+    int port;
+} s_probe_t;
+
+#define S_MAX_PROBES 256
+
 struct rdzv_agent_serve {
     char *path;
     int listen_fd;
@@ -43,6 +54,8 @@ struct rdzv_agent_serve {
     s_handover_t *handovers;
     size_t nhandovers;
     size_t cap_handovers;
+    s_probe_t probes[S_MAX_PROBES];
+    size_t nprobes;
 };
 
 static void s_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -133,6 +146,42 @@ static void s_drop_handover(rdzv_agent_serve_t *self, size_t i)
     self->handovers[i] = self->handovers[--self->nhandovers];
 }
 
+static bool s_listening(int fd)
+{
+    int on = 0;
+    socklen_t len = sizeof on;
+    return getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) == 0 && on;
+}
+
+/* Like a listener's, a probe socket that listens must not outlive its
+ * process with connections queued to it. */
+static void s_drop_probe(rdzv_agent_serve_t *self, size_t i)
+{
+    if (s_listening(self->probes[i].fd))
+        shutdown(self->probes[i].fd, SHUT_RDWR);
+    close(self->probes[i].fd);
+    self->probes[i] = self->probes[--self->nprobes];
+}
+
+static void s_keep_probe(rdzv_agent_serve_t *self, uint64_t handle, uint64_t conn_id,
+                         int fd, int port)
+{
+    if (self->nprobes == S_MAX_PROBES)
+        s_drop_probe(self, 0);
+    self->probes[self->nprobes++] = (s_probe_t) {
+        .handle = handle, .conn_id = conn_id, .fd = fd, .port = port };
+}
+
+/* True if a socket passed for a probe of port now listens: then a second
+ * listener on the port is refused, as Linux would refuse it without us. */
+static bool s_probe_listens(const rdzv_agent_serve_t *self, int port)
+{
+    for (size_t i = 0; i < self->nprobes; i++)
+        if (self->probes[i].port == port && s_listening(self->probes[i].fd))
+            return true;
+    return false;
+}
+
 void rdzv_agent_serve_destroy(rdzv_agent_serve_t **self_p)
 {
     if (!self_p || !*self_p)
@@ -140,6 +189,8 @@ void rdzv_agent_serve_destroy(rdzv_agent_serve_t **self_p)
     rdzv_agent_serve_t *self = *self_p;
     while (self->nhandovers > 0)
         s_drop_handover(self, self->nhandovers - 1);
+    while (self->nprobes > 0)
+        s_drop_probe(self, self->nprobes - 1);
     for (size_t i = 0; i < self->nconns; i++)
         close(self->conns[i].fd);
     if (self->listen_fd >= 0) {
@@ -201,6 +252,10 @@ static void s_close_conn(rdzv_agent_serve_t *self, size_t ci)
     while (i-- > 0)
         if (self->handovers[i].conn_id == id)
             s_drop_handover(self, i);
+    i = self->nprobes;
+    while (i-- > 0)
+        if (self->probes[i].conn_id == id)
+            s_drop_probe(self, i);
     close(self->conns[ci].fd);
     self->conns[ci] = self->conns[--self->nconns];
     if (self->nconns == 0 && self->reset_when_idle && self->ever_served) {
@@ -282,8 +337,11 @@ static int s_apply_rules(rdzv_agent_serve_t *self, const rdzv_agent_msg_t *req, 
     case RDZV_BIND_PROBE0:
         return *port != 0 ? EINVAL : rdzv_lease_probe_any(self->lease, port);
     case RDZV_BIND_LISTENER:
-        return *port == 0 ? EINVAL
-             : rdzv_lease_listen(self->lease, *port, req->flags & RDZV_AGENT_F_REUSEPORT);
+        if (*port == 0)
+            return EINVAL;
+        if (s_probe_listens(self, *port))
+            return EADDRINUSE;
+        return rdzv_lease_listen(self->lease, *port, req->flags & RDZV_AGENT_F_REUSEPORT);
     default:
         return EINVAL;
     }
@@ -337,6 +395,12 @@ static void s_handle_close(rdzv_agent_serve_t *self, const s_conn_t *conn,
             return;
         }
     }
+    for (size_t i = 0; i < self->nprobes; i++) {
+        if (self->probes[i].handle == req->handle && self->probes[i].conn_id == conn->id) {
+            s_drop_probe(self, i);
+            return;
+        }
+    }
 }
 
 /* Serves one packet; returns -1 when the connection must close. */
@@ -364,6 +428,8 @@ static int s_serve_conn(rdzv_agent_serve_t *self, size_t ci)
         break;
     case RDZV_AGENT_OP_BIND:
         pass_fd = s_handle_bind(self, conn, &req, &rep);
+        if (pass_fd >= 0 && req.kind != RDZV_BIND_LISTENER)
+            rep.handle = self->next_id++;
         break;
     case RDZV_AGENT_OP_CLOSE:
         s_handle_close(self, conn, &req);
@@ -373,9 +439,10 @@ static int s_serve_conn(rdzv_agent_serve_t *self, size_t ci)
         break;
     }
     int rc = s_send(conn->fd, &rep, pass_fd);
-    /* A listener's socket stays open here (its duplicate); a probe's does not. */
+    /* The agent keeps a duplicate of every socket it passes: a listener's to
+     * end it with its process, a probe's to see whether it starts listening. */
     if (pass_fd >= 0 && req.kind != RDZV_BIND_LISTENER)
-        close(pass_fd);
+        s_keep_probe(self, rep.handle, conn->id, pass_fd, (int) rep.port);
     return rc;
 }
 

@@ -234,6 +234,33 @@ print(json.dumps([nccl, reached]))
     check(reached == 8, "the master-port listener accepted %d of 8 connections" % reached)
 
 
+def case_probe_that_listens(pod):
+    """A wildcard port-0 bind without flags that then listens keeps its plan
+    port: a second listener there gets EADDRINUSE, as without the shim, so
+    no two listeners share it. Once it is closed, the port serves again."""
+    got = pod.py_json(PROBE + """
+import errno
+import time
+p = socket.socket(); p.bind(("0.0.0.0", 0)); p.listen(); port = p.getsockname()[1]
+def listener():
+    l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        l.bind(("0.0.0.0", port)); l.listen(); return l, 0
+    except OSError as e:
+        l.close(); return None, e.errno
+_, while_listening = listener()
+p.close()
+time.sleep(0.2)
+l, after_close = listener()
+print(json.dumps([port, while_listening, after_close]))
+""")
+    port, while_listening, after_close = got
+    check(pod.base <= port < pod.limit, "the port-0 probe got %d, not a plan port" % port)
+    check(while_listening == 98, "a second listener beside a listening probe: errno %d"
+          % while_listening)
+    check(after_close == 0, "after the probe socket closed, its port: errno %d" % after_close)
+
+
 def case_exhausted(pod):
     """Once the plan is leased, probes and port-0 probes get EADDRINUSE, and so
     does every other port of the range."""
@@ -496,6 +523,7 @@ POD_CASES = {
     "probe_then_listener": case_probe_then_listener,
     "port0_probe": case_port0_probe,
     "port0_on_address": case_port0_on_address,
+    "probe_that_listens": case_probe_that_listens,
     "exhausted": case_exhausted,
     "foreign_listener": case_foreign_listener,
     "c_listener_v4": listener_case("v4"),
