@@ -12,6 +12,8 @@
  *
  * Programs that look NCCL up themselves (dlopen + dlsym, as vLLM's pynccl
  * does through ctypes) never reach this function: docs/agent.md. */
+#include "rdzv_util.h"
+
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -82,17 +84,6 @@ static int s_call_real(s_nccl_id_t *id)
     return S_NCCL_SYSTEM_ERROR;
 }
 
-static int s_hex_nibble(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* The n-th entry (0-based) of the comma-separated list into out: 1 found,
  * 0 the list is shorter, -1 the entry is not 256 hex characters. */
 static int s_nth_id(const char *list, int n, unsigned char out[S_ID_BYTES])
@@ -109,13 +100,10 @@ static int s_nth_id(const char *list, int n, unsigned char out[S_ID_BYTES])
         return 0;
     if (len != 2 * S_ID_BYTES)
         return -1;
-    for (size_t i = 0; i < S_ID_BYTES; i++) {
-        int hi = s_hex_nibble(p[2 * i]), lo = s_hex_nibble(p[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return -1;
-        out[i] = (unsigned char) (hi << 4 | lo);
-    }
-    return 1;
+    char hex[2 * S_ID_BYTES + 1];
+    memcpy(hex, p, len);
+    hex[len] = '\0';
+    return rdzv_hex_decode(hex, out, S_ID_BYTES) == 0 ? 1 : -1;
 }
 
 static int s_enabled(void)
