@@ -370,6 +370,8 @@ int rdzv_core_pending(rdzv_core_t *self)
 void rdzv_core_tick(rdzv_core_t *self, int64_t now_ms)
 {
     self->now_ms = now_ms;
+    self->pending_at_tick = rdzv_core_pending(self);
+    self->added_since_tick = 0;
     if (self->rate && now_ms - self->last_prune_ms > 10000) {
         rdzv_rate_prune(self->rate, now_ms, 10000);
         self->last_prune_ms = now_ms;

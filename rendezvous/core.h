@@ -104,6 +104,9 @@ typedef struct {
     rdzv_metrics_t metrics;
     rdzv_rate_t *rate;
     int64_t last_prune_ms;
+    /* Pending waits as counted at the last tick, plus those added since: an
+     * upper bound that keeps the limit check O(1) until it gets close. */
+    int pending_at_tick, added_since_tick;
     /* Held by the loop thread while it handles a batch; other threads
      * (the HTTP server) hold it while they read anything above. */
     pthread_mutex_t lock;

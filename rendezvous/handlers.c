@@ -116,8 +116,16 @@ static rdzv_group_t *s_join_group(rdzv_core_t *self, const rdzv_peer_t *peer,
 /* Decides what a join means for the rank (docs/protocol.md, rules 2-5). */
 static bool s_wait_ok(rdzv_core_t *self, const rdzv_peer_t *peer)
 {
-    if (rdzv_core_pending(self) < self->cfg.limits.max_waits)
+    int max = self->cfg.limits.max_waits;
+    if (self->pending_at_tick + self->added_since_tick >= max) {
+        /* The bound only grows between ticks: count exactly near the limit. */
+        self->pending_at_tick = rdzv_core_pending(self);
+        self->added_since_tick = 0;
+    }
+    if (self->pending_at_tick + self->added_since_tick < max) {
+        self->added_since_tick++;
         return true;
+    }
     rdzv_core_error(self, peer, RDZV_E_LIMIT, "%d requests are waiting, the limit",
                     self->cfg.limits.max_waits);
     return false;
