@@ -52,8 +52,9 @@ int cli_parse_long(const char *cmd, const char *what, const char *text,
 /* Parses positive seconds (decimals allowed) into milliseconds. */
 int cli_parse_seconds(const char *cmd, const char *what, const char *text, int *ms_out);
 
-/* A client for server; NULL after printing why (*exit_out set). */
-rdzv_client_t *cli_connect(const char *cmd, const char *server, int *exit_out);
+/* A client for server whose short requests give up after timeout_ms (<= 0:
+ * the library's default); NULL after printing why (*exit_out set). */
+rdzv_client_t *cli_connect(const char *cmd, const char *server, int timeout_ms, int *exit_out);
 /* Prints the failure of rc (if any) and returns the exit code for it. */
 int cli_result(const char *cmd, const rdzv_client_t *client, int rc);
 

@@ -70,12 +70,15 @@ int cli_parse_seconds(const char *cmd, const char *what, const char *text, int *
     return 0;
 }
 
-rdzv_client_t *cli_connect(const char *cmd, const char *server, int *exit_out)
+rdzv_client_t *cli_connect(const char *cmd, const char *server, int timeout_ms, int *exit_out)
 {
     char err[256];
     rdzv_client_t *client = rdzv_client_new(server, NULL, err, sizeof err);
-    if (client)
+    if (client) {
+        if (timeout_ms > 0)
+            rdzv_client_set_request_timeout(client, timeout_ms);
         return client;
+    }
     if (errno == EINVAL) {
         *exit_out = cli_usage_error(cmd, "--server (or RDZV_SERVER): %s", err);
     } else {

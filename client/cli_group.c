@@ -32,11 +32,9 @@ static const struct option s_options[] = {
 static int s_delete(const char *server, const char *group, int timeout_ms)
 {
     int rc = CLI_EXIT_OK;
-    rdzv_client_t *client = cli_connect(S_CMD, server, &rc);
+    rdzv_client_t *client = cli_connect(S_CMD, server, timeout_ms, &rc);
     if (!client)
         return rc;
-    if (timeout_ms > 0)
-        rdzv_client_set_request_timeout(client, timeout_ms);
     rc = cli_result(S_CMD, client, rdzv_group_delete(client, group));
     rdzv_client_destroy(&client);
     return rc;

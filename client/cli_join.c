@@ -254,7 +254,7 @@ int cli_join_main(int argc, char **argv)
     if (rc != 0 || (rc = s_to_args(&f, &args, &env_format)) != 0)
         return rc;
     char **cmd = optind < argc ? argv + optind : NULL;
-    rdzv_client_t *client = cli_connect(S_CMD, f.server, &rc);
+    rdzv_client_t *client = cli_connect(S_CMD, f.server, 0, &rc);
     if (!client)
         return rc;
     rdzv_assignment_t *asg = NULL;

@@ -122,11 +122,10 @@ int cli_kv_main(int argc, char **argv)
     if (cli_parse_long(S_CMD, "--epoch (or RDZV_EPOCH)", f.epoch, 1, S_EPOCH_MAX, &epoch)
         || (f.timeout && cli_parse_seconds(S_CMD, "--timeout", f.timeout, &timeout_ms)))
         return CLI_EXIT_USAGE;
-    rdzv_client_t *client = cli_connect(S_CMD, f.server, &rc);
+    /* kv wait's --timeout is the wait itself, not the request deadline. */
+    rdzv_client_t *client = cli_connect(S_CMD, f.server, f.verb == S_WAIT ? 0 : timeout_ms, &rc);
     if (!client)
         return rc;
-    if (f.verb != S_WAIT && timeout_ms > 0)
-        rdzv_client_set_request_timeout(client, timeout_ms);
     rc = s_run(client, &f, epoch, timeout_ms);
     rdzv_client_destroy(&client);
     return rc;
