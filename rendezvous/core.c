@@ -309,7 +309,9 @@ void rdzv_core_handle(rdzv_core_t *self, const rdzv_peer_t *peer,
     const char *code = NULL;
     char msg[256];
     rdzv_peer_t from = *peer;
-    if (self->rate && !rdzv_rate_allow(self->rate, peer->id, peer->len, now_ms)) {
+    if (peer->shard >= 0 && peer->shard < RDZV_METRIC_SHARDS)
+        self->metrics.shard_requests[peer->shard]++;
+    if (self->rate && !rdzv_rate_allow(self->rate, peer->shard, peer->id, peer->len, now_ms)) {
         from.req = 0;
         rdzv_core_error(self, &from, RDZV_E_LIMIT, "over %d requests per second on this connection",
                         self->cfg.limits.max_rps);

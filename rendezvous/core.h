@@ -18,11 +18,13 @@
 
 #define RDZV_PEER_MAX 256
 
-/* Where a reply goes: the ROUTER identity and the request id. */
+/* Where a reply goes: the server shard whose ROUTER socket the request came
+ * in on, that socket's identity for the connection, and the request id. */
 typedef struct {
     unsigned char id[RDZV_PEER_MAX];
     size_t len;
     int64_t req;
+    int shard;
 } rdzv_peer_t;
 
 typedef struct {

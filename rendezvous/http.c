@@ -193,6 +193,12 @@ static void s_render_metrics(rdzv_core_t *core, FILE *f)
              m->assignments);
     s_metric(f, "rdzv_epoch_changes_total", "counter", "Groups moved to a new epoch.",
              m->epoch_changes);
+    fprintf(f, "# HELP rdzv_shard_requests_total Requests received, by the shard whose "
+            "listener took the connection.\n# TYPE rdzv_shard_requests_total counter\n");
+    for (int i = 0; i < RDZV_METRIC_SHARDS; i++)
+        if (m->shard_requests[i] || i == 0)
+            fprintf(f, "rdzv_shard_requests_total{shard=\"%d\"} %llu\n", i,
+                    (unsigned long long) m->shard_requests[i]);
     fprintf(f, "# HELP rdzv_refusals_total Requests refused, by error code.\n"
             "# TYPE rdzv_refusals_total counter\n");
     for (int i = 0; i < RDZV_ERROR_CODES; i++)

@@ -34,12 +34,16 @@ void rdzv_rate_destroy(rdzv_rate_t **self_p)
     *self_p = NULL;
 }
 
-bool rdzv_rate_allow(rdzv_rate_t *self, const unsigned char *id, size_t len, int64_t now_ms)
+bool rdzv_rate_allow(rdzv_rate_t *self, int shard, const unsigned char *id, size_t len,
+                     int64_t now_ms)
 {
     if (self->max_rps <= 0)
         return true;
-    char key[2 * 256 + 1];
-    rdzv_hex_encode(id, len > 256 ? 256 : len, key);
+    /* Each shard's ROUTER numbers its connections on its own: the shard is
+     * part of which connection this is. */
+    char key[16 + 2 * 256 + 1];
+    int n = snprintf(key, 16, "%d/", shard);
+    rdzv_hex_encode(id, len > 256 ? 256 : len, key + n);
     s_bucket_t *b = zhashx_lookup(self->buckets, key);
     if (!b) {
         b = calloc(1, sizeof *b);

@@ -21,12 +21,13 @@ typedef struct {
 
 typedef struct rdzv_rate rdzv_rate_t;
 
-/* A token bucket per connection (ROUTER identity), refilled at max_rps with
+/* A token bucket per connection (shard and ROUTER identity), refilled at max_rps with
  * a burst of max_rps. */
 rdzv_rate_t *rdzv_rate_new(int max_rps);
 void rdzv_rate_destroy(rdzv_rate_t **self_p);
 /* True if the connection may send one more request now. */
-bool rdzv_rate_allow(rdzv_rate_t *self, const unsigned char *id, size_t len, int64_t now_ms);
+bool rdzv_rate_allow(rdzv_rate_t *self, int shard, const unsigned char *id, size_t len,
+                     int64_t now_ms);
 /* Forgets connections idle for more than idle_ms. */
 void rdzv_rate_prune(rdzv_rate_t *self, int64_t now_ms, int64_t idle_ms);
 

@@ -2,6 +2,7 @@
  * range cannot collide with kernel-chosen ports, then runs the server. */
 #include "core.h"
 #include "http.h"
+#include "listen.h"
 #include "server.h"
 #include "rdzv_proto.h"
 
@@ -27,6 +28,7 @@ typedef struct {
     bool no_nccl;
     bool insecure_bind_any;
     int io_threads;
+    int shards;                  /* 0: as many as rdzvd picks */
 } s_options_t;
 
 static void s_usage(FILE *out)
@@ -45,7 +47,10 @@ static void s_usage(FILE *out)
         "  --no-nccl                groups get no NCCL ID unless they ask (nccl_id=server)\n"
         "  --no-fsync               do not fsync the journal (benchmarks only)\n"
         "  --repair                 cut a journal corrupted in the middle at the damage\n"
-        "  --io-threads N           ZeroMQ I/O threads (default 1; 2-4 help large groups)\n"
+        "  --shards N               ROUTER sockets, each in its own thread on its own\n"
+        "                           SO_REUSEPORT listener of the port (default: CPUs, at most 4;\n"
+        "                           1 for endpoints other than tcp://ADDRESS:PORT)\n"
+        "  --io-threads N           ZeroMQ I/O threads (default: as many as shards)\n"
         "  --log-format text|json   one line per event, as text or a JSON object\n"
         "  --compact-mib N          rewrite the journal as a snapshot past N MiB (default 64)\n"
         "  --max-groups N           groups held at once (default 100000)\n"
@@ -112,6 +117,7 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         { "log-format", required_argument, 0, 'f' }, { "io-threads", required_argument, 0, 'i' },
         { "max-groups", required_argument, 0, 'G' }, { "max-kv-mib", required_argument, 0, 'K' },
         { "max-waits", required_argument, 0, 'W' }, { "max-rps", required_argument, 0, 'P' },
+        { "shards", required_argument, 0, 'S' },
         { 0, 0, 0, 0 },
     };
     int c, dead_after = 15, compact_mib = 64, kv_mib = 64;
@@ -137,6 +143,7 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         case 'T': o->token_file = optarg; break;
         case 'I': o->insecure_bind_any = true; break;
         case 'i': rc = s_int_arg("--io-threads", optarg, 1, 64, &o->io_threads); break;
+        case 'S': rc = s_int_arg("--shards", optarg, 1, RDZV_MAX_SHARDS, &o->shards); break;
         case 'f':
             if (strcmp(optarg, "json") != 0 && strcmp(optarg, "text") != 0) {
                 fprintf(stderr, "rdzvd: --log-format must be text or json, not \"%s\"\n", optarg);
@@ -233,6 +240,16 @@ static int s_open_bind(const s_options_t *o, char *out, size_t outlen)
     return -1;
 }
 
+/* Sharding pays where connects come in bursts and cores are there to take
+ * them; past four shards the core's lock is what the shards wait on. */
+static int s_default_shards(const char *endpoint)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (!rdzv_listen_shardable(endpoint) || cpus < 2)
+        return 1;
+    return cpus < 4 ? (int) cpus : 4;
+}
+
 static char *s_read_token(const char *path)
 {
     FILE *f = fopen(path, "r");
@@ -287,8 +304,8 @@ int main(int argc, char **argv)
         || (o.token_file && !(token = s_read_token(o.token_file))))
         return 2;
     o.cfg.group_token = token;
-    if (o.io_threads > 0)
-        zsys_set_io_threads((size_t) o.io_threads);
+    int shards = o.shards ? o.shards : s_default_shards(bind);
+    zsys_set_io_threads((size_t) (o.io_threads ? o.io_threads : shards));
     /* Up before the replay: /healthz answers and /readyz says 503 meanwhile. */
     rdzv_http_t *http = NULL;
     if (o.http && !(http = rdzv_http_new(o.http, err, sizeof err))) {
@@ -302,7 +319,7 @@ int main(int argc, char **argv)
         rdzv_http_destroy(&http);
         return 1;
     }
-    rdzv_server_t *server = rdzv_server_new(core, bind, &o.security, err, sizeof err);
+    rdzv_server_t *server = rdzv_server_new(core, bind, shards, &o.security, err, sizeof err);
     if (!server) {
         fprintf(stderr, "rdzvd: %s\n", err);
         rdzv_core_destroy(&core);
@@ -313,8 +330,8 @@ int main(int argc, char **argv)
     rdzv_http_set_core(http, core);
     if (http)
         rdzv_core_log("http", "port=%d", rdzv_http_port(http));
-    rdzv_core_log("start", "version=%s endpoint=%s state=%s ports=[%d,%d) per_rank=%d nccl=%s",
-                  RDZV_VERSION, rdzv_server_endpoint(server), o.cfg.state_dir,
+    rdzv_core_log("start", "version=%s endpoint=%s shards=%d state=%s ports=[%d,%d) per_rank=%d nccl=%s",
+                  RDZV_VERSION, rdzv_server_endpoint(server), shards, o.cfg.state_dir,
                   o.cfg.port_base, o.cfg.port_limit, o.cfg.ports_per_rank,
                   o.cfg.nccl_helper ? o.cfg.nccl_helper : "none");
     if (o.endpoint_file)

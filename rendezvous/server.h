@@ -1,10 +1,13 @@
-/* The ZeroMQ side of rdzvd: a ROUTER socket on a zloop feeding the core in
- * batches, so one journal fsync covers every change of a batch (group
- * commit) before any of its replies leaves. */
+/* The ZeroMQ side of rdzvd: one or more shards, each a ROUTER socket in its
+ * own thread on its own SO_REUSEPORT listener of the one port, feeding the
+ * core in batches, so one journal fsync covers every change of a batch
+ * (group commit) before any of its replies leaves. */
 #ifndef RDZV_SERVER_H
 #define RDZV_SERVER_H
 
 #include "core.h"
+
+#define RDZV_MAX_SHARDS RDZV_METRIC_SHARDS
 
 typedef struct rdzv_server rdzv_server_t;
 
@@ -16,12 +19,15 @@ typedef struct {
     const char *clients_dir;
 } rdzv_server_security_t;
 
-rdzv_server_t *rdzv_server_new(rdzv_core_t *core, const char *endpoint,
+/* shards > 1 needs an endpoint rdzv_listen_shardable() accepts. */
+rdzv_server_t *rdzv_server_new(rdzv_core_t *core, const char *endpoint, int shards,
                                const rdzv_server_security_t *security,
                                char *err, size_t errlen);
 void rdzv_server_destroy(rdzv_server_t **self_p);
-/* Runs until SIGINT/SIGTERM. Returns 0. */
+/* Runs until SIGINT/SIGTERM or rdzv_server_stop. Returns 0, -1 if a shard
+ * thread could not start. */
 int rdzv_server_run(rdzv_server_t *self);
+void rdzv_server_stop(rdzv_server_t *self);
 /* The endpoint actually bound (with the real port for tcp://...:0 or *:!). */
 const char *rdzv_server_endpoint(const rdzv_server_t *self);
 

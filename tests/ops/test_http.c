@@ -316,7 +316,7 @@ START_TEST(test_metrics_well_formed)
         }
         ck_assert_msg(found, "sample %s has no # TYPE before it", name);
     }
-    ck_assert_int_eq(ntyped, 11);
+    ck_assert_int_eq(ntyped, 12);
 }
 END_TEST
 

@@ -1,0 +1,287 @@
+#include "shard.h"
+#include "rdzv_proto.h"
+#include "rdzv_util.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#define S_BATCH 4096                 /* requests handled before one commit */
+#define S_TICK_MS 100
+#define S_COMMIT_WINDOW_MS 2         /* longest a reply waits for batch-mates */
+/* The window only opens while commits follow each other this closely: a
+ * burst then pays a few fsyncs rather than one per trickle, and a lone
+ * request (the last rank of a group, say) is committed and answered at once. */
+#define S_BUSY_MS 10
+
+int rdzv_shard_init(rdzv_shard_t *self, rdzv_server_t *server, int index, zsock_t *router)
+{
+    self->server = server;
+    self->index = index;
+    self->router = router;
+    self->sock = zsock_resolve(router);
+    self->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    pthread_mutex_init(&self->lock, NULL);
+    return self->wake_fd < 0 ? -1 : 0;
+}
+
+void rdzv_shard_destroy(rdzv_shard_t *self)
+{
+    zsock_destroy(&self->router);
+    if (self->wake_fd > 0)
+        close(self->wake_fd);
+    for (size_t i = 0; i < self->in_len; i++)
+        free(self->inbox[i].text);
+    free(self->inbox);
+    pthread_mutex_destroy(&self->lock);
+}
+
+static void *s_thread(void *arg)
+{
+    rdzv_shard_loop(arg);
+    return NULL;
+}
+
+int rdzv_shard_start(rdzv_shard_t *self)
+{
+    if (pthread_create(&self->thread, NULL, s_thread, self) != 0)
+        return -1;
+    self->started = true;
+    return 0;
+}
+
+void rdzv_shard_join(rdzv_shard_t *self)
+{
+    if (self->started)
+        pthread_join(self->thread, NULL);
+    self->started = false;
+}
+
+void rdzv_shard_wake(rdzv_shard_t *self)
+{
+    if (self->wake_fd > 0)
+        eventfd_write(self->wake_fd, 1);
+}
+
+static void s_send(rdzv_shard_t *self, rdzv_reply_t *reply)
+{
+    /* A peer that vanished is dropped by the ROUTER; nothing to do. */
+    if (zmq_send(self->sock, reply->peer.id, reply->peer.len, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
+        zmq_send(self->sock, reply->text, strlen(reply->text), ZMQ_DONTWAIT);
+    free(reply->text);
+}
+
+static int s_queue(rdzv_shard_t *to, const rdzv_reply_t *reply)
+{
+    if (to->in_len == to->in_cap) {
+        size_t cap = to->in_cap ? to->in_cap * 2 : 256;
+        rdzv_reply_t *grown = realloc(to->inbox, cap * sizeof *grown);
+        if (!grown)
+            return -1;
+        to->inbox = grown;
+        to->in_cap = cap;
+    }
+    to->inbox[to->in_len++] = *reply;
+    return 0;
+}
+
+/* Hands each reply to the shard that owns its connection, then sends ours. */
+static void s_dispatch(rdzv_shard_t *self, rdzv_reply_t *out, size_t count)
+{
+    rdzv_server_t *server = self->server;
+    for (int t = 0; t < server->count && count > 0; t++) {
+        if (t == self->index)
+            continue;
+        rdzv_shard_t *to = &server->shards[t];
+        size_t queued = 0;
+        pthread_mutex_lock(&to->lock);
+        bool was_empty = to->in_len == 0;
+        for (size_t i = 0; i < count; i++) {
+            if (out[i].peer.shard != t)
+                continue;
+            if (s_queue(to, &out[i]) < 0)
+                free(out[i].text);
+            else
+                queued++;
+            out[i].text = NULL;
+        }
+        pthread_mutex_unlock(&to->lock);
+        /* A non-empty inbox has a wake-up pending already. */
+        if (queued && was_empty)
+            rdzv_shard_wake(to);
+    }
+    for (size_t i = 0; i < count; i++)
+        if (out[i].text)
+            s_send(self, &out[i]);
+    free(out);
+}
+
+static void s_flush_inbox(rdzv_shard_t *self)
+{
+    eventfd_t ignored;
+    /* Read the wake-up before taking the inbox: a reply queued after the
+     * take then wakes us again. */
+    eventfd_read(self->wake_fd, &ignored);
+    pthread_mutex_lock(&self->lock);
+    rdzv_reply_t *in = self->inbox;
+    size_t count = self->in_len;
+    self->inbox = NULL;
+    self->in_len = self->in_cap = 0;
+    pthread_mutex_unlock(&self->lock);
+    for (size_t i = 0; i < count; i++)
+        s_send(self, &in[i]);
+    free(in);
+}
+
+static void s_drain_frames(void *sock)
+{
+    int more = 1;
+    size_t size = sizeof more;
+    while (zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &size) == 0 && more) {
+        zmq_msg_t msg;
+        zmq_msg_init(&msg);
+        zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT);
+        zmq_msg_close(&msg);
+    }
+}
+
+/* Receives up to max [identity][payload] messages outside the core's lock. */
+static int s_recv_batch(rdzv_shard_t *self, int max)
+{
+    int n = 0;
+    while (n < max) {
+        rdzv_shard_request_t *r = &self->batch[n];
+        int len = zmq_recv(self->sock, r->peer.id, sizeof r->peer.id, ZMQ_DONTWAIT);
+        if (len < 0)
+            break;
+        r->peer.len = (size_t) len > sizeof r->peer.id ? sizeof r->peer.id : (size_t) len;
+        r->peer.req = 0;
+        r->peer.shard = self->index;
+        zmq_msg_init(&r->body);
+        if (zmq_msg_recv(&r->body, self->sock, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&r->body);
+            continue;
+        }
+        r->extra_frames = zmq_msg_more(&r->body);
+        if (r->extra_frames)
+            s_drain_frames(self->sock);
+        n++;
+    }
+    return n;
+}
+
+/* Handles a received batch under the core's lock; returns whether the
+ * journal has changes waiting for a commit. */
+static bool s_handle_batch(rdzv_shard_t *self, int n)
+{
+    rdzv_core_t *core = self->server->core;
+    int64_t now = rdzv_now_ms();
+    pthread_mutex_lock(&core->lock);
+    for (int i = 0; i < n; i++) {
+        rdzv_shard_request_t *r = &self->batch[i];
+        if (r->extra_frames)
+            rdzv_core_error(core, &r->peer, RDZV_E_BAD_JSON, "a request is exactly one frame");
+        else
+            rdzv_core_handle(core, &r->peer, zmq_msg_data(&r->body), zmq_msg_size(&r->body), now);
+    }
+    bool pending = rdzv_journal_pending(core->journal);
+    bool busy = now - self->server->last_commit_ms <= S_BUSY_MS;
+    pthread_mutex_unlock(&core->lock);
+    for (int i = 0; i < n; i++)
+        zmq_msg_close(&self->batch[i].body);
+    return pending && busy;
+}
+
+static void s_commit_and_send(rdzv_shard_t *self, bool tick)
+{
+    rdzv_core_t *core = self->server->core;
+    size_t count = 0;
+    pthread_mutex_lock(&core->lock);
+    int64_t now = rdzv_now_ms();
+    if (tick)
+        rdzv_core_tick(core, now);
+    if (rdzv_journal_pending(core->journal))
+        self->server->last_commit_ms = now;
+    rdzv_core_commit(core);
+    rdzv_reply_t *out = rdzv_core_take_outbox(core, &count);
+    /* stderr is fully buffered (rdzvd.c): one write per batch, not per line. */
+    fflush(stderr);
+    pthread_mutex_unlock(&core->lock);
+    s_dispatch(self, out, count);
+}
+
+/* Waits up to ms for more requests, sending queued replies meanwhile. */
+static void s_wait(rdzv_shard_t *self, long ms)
+{
+    zmq_pollitem_t items[2] = {
+        { .socket = self->sock, .events = ZMQ_POLLIN },
+        { .fd = self->wake_fd, .events = ZMQ_POLLIN },
+    };
+    if (zmq_poll(items, 2, ms) > 0 && (items[1].revents & ZMQ_POLLIN))
+        s_flush_inbox(self);
+}
+
+/* Group commit: while requests keep arriving in a busy period, keep
+ * handling them for up to S_COMMIT_WINDOW_MS before the one commit. */
+static void s_on_router(rdzv_shard_t *self)
+{
+    int handled = 0;
+    bool wait_more = false;
+    int64_t until = 0;
+    for (;;) {
+        int want = S_BATCH - handled < RDZV_SHARD_RECV_BATCH ? S_BATCH - handled
+                                                             : RDZV_SHARD_RECV_BATCH;
+        int n = s_recv_batch(self, want);
+        if (n > 0) {
+            wait_more = s_handle_batch(self, n);
+            handled += n;
+        }
+        if (handled >= S_BATCH)
+            break;
+        if (n == want)
+            continue;
+        if (!wait_more)
+            break;
+        int64_t now = rdzv_now_ms();
+        if (!until)
+            until = now + S_COMMIT_WINDOW_MS;
+        if (now >= until)
+            break;
+        s_wait(self, (long) (until - now));
+    }
+    s_commit_and_send(self, false);
+}
+
+void rdzv_shard_loop(rdzv_shard_t *self)
+{
+    rdzv_server_t *server = self->server;
+    int64_t next_tick = rdzv_now_ms() + S_TICK_MS;
+    while (!atomic_load(&server->stopping)) {
+        if (self->index == 0 && zsys_interrupted)
+            break;
+        long timeout = -1;
+        if (self->index == 0) {
+            int64_t left = next_tick - rdzv_now_ms();
+            timeout = left > 0 ? (long) left : 0;
+        }
+        zmq_pollitem_t items[2] = {
+            { .socket = self->sock, .events = ZMQ_POLLIN },
+            { .fd = self->wake_fd, .events = ZMQ_POLLIN },
+        };
+        int rc = zmq_poll(items, 2, timeout);
+        if (rc < 0 && zmq_errno() != EINTR)
+            break;
+        if (rc > 0 && (items[1].revents & ZMQ_POLLIN))
+            s_flush_inbox(self);
+        if (rc > 0 && (items[0].revents & ZMQ_POLLIN))
+            s_on_router(self);
+        if (self->index == 0 && rdzv_now_ms() >= next_tick) {
+            s_commit_and_send(self, true);
+            next_tick = rdzv_now_ms() + S_TICK_MS;
+        }
+    }
+    if (self->index == 0)
+        rdzv_server_stop(server);
+}

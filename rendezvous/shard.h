@@ -1,0 +1,57 @@
+/* One server shard: a thread with its own ROUTER socket on its own listener
+ * of the shared port. Shards take the core's lock only to handle a batch and
+ * to commit it; receiving and sending, which is where libzmq spends its time,
+ * run in parallel. A reply for a connection of another shard is queued to
+ * that shard, which alone may touch its socket. Internal to server.c. */
+#ifndef RDZV_SHARD_H
+#define RDZV_SHARD_H
+
+#include "core.h"
+#include "server.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#define RDZV_SHARD_RECV_BATCH 256
+
+typedef struct {
+    rdzv_peer_t peer;
+    zmq_msg_t body;
+    bool extra_frames;
+} rdzv_shard_request_t;
+
+typedef struct rdzv_shard {
+    rdzv_server_t *server;
+    int index;
+    zsock_t *router;
+    void *sock;
+    pthread_t thread;
+    bool started;
+    int wake_fd;                 /* eventfd: the inbox has replies */
+    pthread_mutex_t lock;        /* guards the inbox */
+    rdzv_reply_t *inbox;
+    size_t in_len, in_cap;
+    rdzv_shard_request_t batch[RDZV_SHARD_RECV_BATCH];
+} rdzv_shard_t;
+
+struct rdzv_server {
+    rdzv_core_t *core;
+    rdzv_shard_t *shards;
+    int count;
+    zactor_t *auth;              /* ZAP handler checking client keys */
+    char *endpoint;
+    atomic_int stopping;
+    int64_t last_commit_ms;      /* under the core's lock */
+};
+
+/* Takes router over. Returns 0 or -1. */
+int rdzv_shard_init(rdzv_shard_t *self, rdzv_server_t *server, int index, zsock_t *router);
+void rdzv_shard_destroy(rdzv_shard_t *self);
+int rdzv_shard_start(rdzv_shard_t *self);
+void rdzv_shard_join(rdzv_shard_t *self);
+void rdzv_shard_wake(rdzv_shard_t *self);
+/* Serves until the server stops; shard 0 also runs the core's timers and
+ * stops the server on SIGINT/SIGTERM. */
+void rdzv_shard_loop(rdzv_shard_t *self);
+
+#endif

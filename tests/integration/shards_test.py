@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""rdzvd --shards on loopback: N SO_REUSEPORT listeners on one port, a group
+whose ranks came in on different shards answered in full (replies cross from
+the shard that completed the group to the shards owning the connections),
+/metrics counting requests per shard, a second rdzvd on the same port
+refused instead of silently splitting the clients, and --shards with an
+endpoint that cannot be sharded refused. TAP. Needs RDZVD and RDZV."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+SHARDS = 4
+RANKS = 48
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listeners(port):
+    """LISTEN sockets on 127.0.0.1:port, from /proc/net/tcp."""
+    n = 0
+    with open("/proc/net/tcp") as f:
+        for line in f.readlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            if state == "0A" and local == "0100007F:%04X" % port:
+                n += 1
+    return n
+
+
+def shard_requests(http_port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("rdzv_shard_requests_total{"):
+            shard = int(line.split('shard="')[1].split('"')[0])
+            out[shard] = int(float(line.split()[-1]))
+    return out
+
+
+def wait_file(path, proc, seconds=20):
+    deadline = time.time() + seconds
+    while not os.path.exists(path) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    return os.path.exists(path)
+
+
+def main():
+    rdzvd, rdzv = os.environ["RDZVD"], os.environ["RDZV"]
+    tmp = tempfile.TemporaryDirectory()
+    port, http_port = free_port(), free_port()
+    endpoint = f"tcp://127.0.0.1:{port}"
+    epfile = os.path.join(tmp.name, "endpoint")
+    log = open(os.path.join(tmp.name, "rdzvd.log"), "w")
+    proc = subprocess.Popen([rdzvd, "--bind", endpoint, "--shards", str(SHARDS),
+                             "--endpoint-file", epfile, "--state-dir",
+                             os.path.join(tmp.name, "state"), "--no-nccl",
+                             "--http", f"127.0.0.1:{http_port}"],
+                            stdout=subprocess.DEVNULL, stderr=log)
+    checks = []
+    try:
+        checks.append(("rdzvd starts with --shards %d" % SHARDS, wait_file(epfile, proc)))
+        checks.append(("%d listeners on the one port" % SHARDS, listeners(port) == SHARDS))
+
+        # Every rank its own process and connection, all at once.
+        joins = [subprocess.Popen([rdzv, "join", "--server", endpoint, "--group", "g",
+                                   "--world", str(RANKS), "--rank", str(r), "--node", "n%d" % r,
+                                   "--host", "127.0.0.1", "--timeout", "60"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                 for r in range(RANKS)]
+        results = [(j.wait(timeout=90), j.stdout.read()) for j in joins]
+        got = [json.loads(out) for rc, out in results if rc == 0 and out.strip()]
+        checks.append(("all %d ranks got an assignment" % RANKS, len(got) == RANKS))
+        checks.append(("each got its own rank, one master, epoch 1",
+                       sorted(a["rank"] for a in got) == list(range(RANKS))
+                       and len({(a["master_addr"], a["master_port"], a["epoch"]) for a in got}) == 1))
+
+        counts = shard_requests(http_port)
+        used = [s for s, n in counts.items() if n > 0]
+        checks.append(("requests came in on more than one shard (%s)" % counts, len(used) > 1))
+        checks.append(("no shard beyond --shards", all(0 <= s < SHARDS for s in counts)))
+        checks.append(("per-shard counts add up to the joins",
+                       sum(counts.values()) >= RANKS))
+
+        second = subprocess.run([rdzvd, "--bind", endpoint, "--state-dir",
+                                 os.path.join(tmp.name, "state2"), "--no-nccl"],
+                                capture_output=True, text=True, timeout=20)
+        checks.append(("a second rdzvd on the port is refused",
+                       second.returncode != 0 and "Address already in use" in second.stderr))
+        checks.append(("and the port still has only the first rdzvd's listeners",
+                       listeners(port) == SHARDS))
+        status = subprocess.run([rdzv, "status", "--server", endpoint, "--group", "g"],
+                                capture_output=True, text=True, timeout=20)
+        checks.append(("the first rdzvd still serves", status.returncode == 0
+                       and '"g"' in status.stdout))
+
+        ipc = subprocess.run([rdzvd, "--bind", "ipc://" + os.path.join(tmp.name, "sock"),
+                              "--shards", "2", "--state-dir", os.path.join(tmp.name, "state3"),
+                              "--no-nccl"], capture_output=True, text=True, timeout=20)
+        checks.append(("--shards 2 with an ipc endpoint is refused",
+                       ipc.returncode != 0 and "tcp://ADDRESS:PORT" in ipc.stderr))
+        bad = subprocess.run([rdzvd, "--shards", "0"], capture_output=True, text=True, timeout=20)
+        checks.append(("--shards 0 is a usage error", bad.returncode == 2))
+    finally:
+        proc.terminate()
+        try:
+            rc = proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = None
+        checks.append(("rdzvd with shards stops on SIGTERM", rc == 0))
+        log.close()
+    print("1..%d" % len(checks))
+    failed = 0
+    for i, (name, ok) in enumerate(checks, 1):
+        print("%s %d - %s" % ("ok" if ok else "not ok", i, name))
+        failed += not ok
+    if failed:
+        with open(os.path.join(tmp.name, "rdzvd.log")) as f:
+            sys.stdout.write("".join("# " + line for line in f.readlines()[-20:]))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
