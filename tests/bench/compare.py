@@ -6,6 +6,12 @@ JSON summary (also to --out); --dat writes a gnuplot table.
     compare.py --bench build/tests/bench/rdzv-bench --rdzvd build/rendezvous/rdzvd
                [--ranks 1024,4096,16384] [--repeat 3] [--processes P]
                [--fsync on|off] [--window W] [--out F.json] [--dat F.dat]
+               [--variant NAME="RDZVD ARGS"]...
+
+--variant runs rdzvd once more per repetition with those arguments (say
+--variant 1shard="--shards 1 --io-threads 1"), alternately with the rest, so
+configurations are compared side by side in one run; the ratios are printed
+against the default rdzvd ("rdzv").
 
 Every system does the same work, connects inside the timing, from t0 (the
 moment the ready clients are released) to the last rank's answer:
@@ -156,9 +162,11 @@ def run_tcpstore(n, processes, python, timeout):
 
 # ---- rdzv and the floor -------------------------------------------------------
 
-def run_rdzv(a, n):
+def run_rdzv(a, n, extra=(), floor=True):
     argv = [a.bench, "--rdzvd", a.rdzvd, "--ranks", str(n), "--processes", str(a.processes),
-            "--floor", "--fsync", a.fsync, "--timeout", str(a.timeout)]
+            "--fsync", a.fsync, "--timeout", str(a.timeout)]
+    argv += ["--floor"] if floor else []
+    argv += ["--rdzvd-arg=" + x for x in extra]
     if a.window:
         argv += ["--window", str(a.window)]
     p = subprocess.run(argv, capture_output=True, text=True, timeout=a.timeout * 3 + 60)
@@ -202,20 +210,39 @@ def main():
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--out")
     ap.add_argument("--dat")
+    ap.add_argument("--variant", action="append", default=[], metavar='NAME="ARGS"')
     a = ap.parse_args()
+    variants = []
+    for v in a.variant:
+        name, sep, args = v.partition("=")
+        if not sep or not name or name in ("rdzv", "tcpstore", "floor"):
+            ap.error("--variant wants NAME=\"RDZVD ARGS\", not %r" % v)
+        variants.append((name, args.split()))
     raise_nofile()
     torch_ok = not a.skip_torch and have_torch(a.python)
     if not torch_ok:
         print("# TCPStore: skipped (no torch in %s)" % a.python, flush=True)
     sizes = [int(x) for x in a.ranks.split(",")]
     runs = {n: {"rdzv": [], "floor": [], "tcpstore": [], "rdzv_cpu": [], "tcpstore_cpu": [],
-                "rdzv_rss": [], "tcpstore_rss": [], "release_p99": []} for n in sizes}
+                "rdzv_rss": [], "tcpstore_rss": [], "release_p99": [],
+                "variants": {name: [] for name, _ in variants}} for n in sizes}
     for rep in range(a.repeat):
         for n in sizes:
             # Alternate the order so that neither side always runs warm.
-            order = ["rdzv", "tcpstore"] if rep % 2 == 0 else ["tcpstore", "rdzv"]
+            order = ["rdzv", "tcpstore"] + [name for name, _ in variants]
+            if rep % 2:
+                order.reverse()
             for what in order:
-                if what == "rdzv":
+                if what in runs[n]["variants"]:
+                    r = run_rdzv(a, n, dict(variants)[what], floor=False)
+                    ok = r.get("ok") and r.get("assigned") == n
+                    runs[n]["variants"][what].append({
+                        "seconds": r["wall_seconds"] if ok else None,
+                        "release_p99_ms": r["release_p99_ms"], "cpu_s": r["server_cpu_s"]})
+                    print("rep %d N=%d %s %.3f s (release p99 %.1f ms, cpu %.2f s)%s"
+                          % (rep, n, what, r["wall_seconds"], r["release_p99_ms"],
+                             r["server_cpu_s"], "" if ok else "  FAILED"), flush=True)
+                elif what == "rdzv":
                     r = run_rdzv(a, n)
                     ok = r.get("ok") and r.get("assigned") == n and r.get("floor_assigned") == n
                     runs[n]["rdzv"].append(r["wall_seconds"] if ok else None)
@@ -243,7 +270,8 @@ def main():
                           % (rep, n, t["seconds"] or -1, t["server_cpu_s"], t["server_rss_mib"],
                              "" if ok else "  FAILED %d/%d" % (t["assigned"], n)), flush=True)
     summary = {"processes": a.processes, "repeat": a.repeat, "fsync": a.fsync,
-               "window": a.window, "cpus": os.cpu_count(), "sizes": {}}
+               "window": a.window, "cpus": os.cpu_count(), "sizes": {},
+               "variants": {name: " ".join(args) for name, args in variants}}
     print("\n%7s %10s %10s %10s %14s %12s" % ("ranks", "rdzv s", "TCPStore s", "floor s",
                                             "TCPStore/rdzv", "rdzv/floor"))
     dat = ["# ranks rdzv_s tcpstore_s floor_s (medians)"]
@@ -258,11 +286,23 @@ def main():
              "rdzv_server_rss_mib": med(runs[n]["rdzv_rss"]),
              "tcpstore_server_rss_mib": med(runs[n]["tcpstore_rss"]),
              "runs": runs[n]}
+        for name, _ in variants:
+            vs = runs[n]["variants"][name]
+            vmed = med([x["seconds"] for x in vs])
+            s[name] = {"s": vmed, "release_p99_ms": med([x["release_p99_ms"] for x in vs]),
+                       "server_cpu_s": med([x["cpu_s"] for x in vs]),
+                       "over_rdzv": (vmed / r) if (vmed and r) else None,
+                       "tcpstore_over": (t / vmed) if (t and vmed) else None}
         summary["sizes"][str(n)] = s
         fmt = lambda x, p="%.3f": (p % x) if x is not None else "-"  # noqa: E731
         print("%7d %10s %10s %10s %14s %12s" % (n, fmt(r), fmt(t), fmt(f),
                                                fmt(s["tcpstore_over_rdzv"], "%.2fx"),
                                                fmt(s["rdzv_over_floor"], "%.2fx")))
+        for name, _ in variants:
+            v = s[name]
+            print("%7s %-10s %.3f s, %s of rdzv's time, TCPStore/%s %s, release p99 %s ms"
+                  % ("", name, v["s"] or -1, fmt(v["over_rdzv"], "%.2fx"), name,
+                     fmt(v["tcpstore_over"], "%.2fx"), fmt(v["release_p99_ms"], "%.1f")))
         dat.append("%d %s %s %s" % (n, r if r else "NaN", t if t else "NaN", f if f else "NaN"))
     print(json.dumps(summary))
     if a.out:
