@@ -128,6 +128,46 @@ static int s_apply_plan(rdzv_core_t *self, rdzv_group_t *g, const cJSON *rec)
     return rdzv_plans_record(self->plans, node, g->name, (int) rank, (int) start, (int) count);
 }
 
+static bool s_int_item(const cJSON *item, int lo, int hi, int *out)
+{
+    if (!cJSON_IsNumber(item) || !(item->valuedouble >= lo) || !(item->valuedouble <= hi)
+        || item->valuedouble != floor(item->valuedouble))
+        return false;
+    *out = (int) item->valuedouble;
+    return true;
+}
+
+/* "plans": the blocks one release laid out, as three parallel arrays (one
+ * record per release rather than one per rank: a 1024-rank release wrote
+ * 1024 records before). All or nothing. */
+static int s_apply_plans(rdzv_core_t *self, rdzv_group_t *g, const cJSON *rec)
+{
+    const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(rec, "ranks");
+    const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(rec, "nodes");
+    const cJSON *starts = cJSON_GetObjectItemCaseSensitive(rec, "starts");
+    int64_t count;
+    if (s_num(rec, "count", &count) < 0 || count <= 0 || count > 65536 || !cJSON_IsArray(ranks)
+        || !cJSON_IsArray(nodes) || !cJSON_IsArray(starts))
+        return -1;
+    int n = cJSON_GetArraySize(ranks);
+    if (cJSON_GetArraySize(nodes) != n || cJSON_GetArraySize(starts) != n)
+        return -1;
+    const cJSON *r = ranks->child, *nd = nodes->child, *st = starts->child;
+    int done = 0, rank = 0, start = 0;
+    for (; done < n; done++, r = r->next, nd = nd->next, st = st->next) {
+        if (!s_int_item(r, 0, g->world - 1, &rank) || !cJSON_IsString(nd)
+            || !s_int_item(st, 0, 65535, &start)
+            || rdzv_plans_record(self->plans, nd->valuestring, g->name, rank, start,
+                                 (int) count) < 0)
+            break;
+    }
+    if (done == n)
+        return 0;
+    for (r = ranks->child, nd = nodes->child; done-- > 0; r = r->next, nd = nd->next)
+        rdzv_plans_forget(self->plans, nd->valuestring, g->name, (int) r->valuedouble);
+    return -1;
+}
+
 static int s_apply_kv(rdzv_group_t *g, const cJSON *rec)
 {
     int64_t epoch;
@@ -162,6 +202,9 @@ int rdzv_core_apply(void *arg, const cJSON *rec)
         return s_apply_epoch(g, rec);
     if (strcmp(type, "complete") == 0)
         return s_apply_complete(g, rec);
+    if (strcmp(type, "plans") == 0)
+        return s_apply_plans(self, g, rec);
+    /* One block per record: journals of rdzvd 0.1.0 before "plans". */
     if (strcmp(type, "plan") == 0)
         return s_apply_plan(self, g, rec);
     if (strcmp(type, "kv") == 0)

@@ -152,6 +152,19 @@ int rdzv_plans_release_group(rdzv_plans_t *self, const char *group)
     return released;
 }
 
+void rdzv_plans_forget(rdzv_plans_t *self, const char *node, const char *group, int rank)
+{
+    s_node_t *n = zhashx_lookup(self->nodes, node);
+    for (size_t i = 0; n && i < n->n; i++) {
+        if (n->blocks[i].rank == rank && streq(n->blocks[i].group, group)) {
+            free(n->blocks[i].group);
+            memmove(&n->blocks[i], &n->blocks[i + 1], (n->n - i - 1) * sizeof *n->blocks);
+            n->n--;
+            return;
+        }
+    }
+}
+
 void rdzv_plans_foreach(const rdzv_plans_t *self, const char *group, rdzv_plans_fn *fn, void *arg)
 {
     zlistx_t *names = zhashx_keys(self->nodes);

@@ -26,6 +26,8 @@ int rdzv_plans_record(rdzv_plans_t *self, const char *node, const char *group,
                       int rank, int start, int count);
 /* Frees every block of group on every node; returns how many. */
 int rdzv_plans_release_group(rdzv_plans_t *self, const char *group);
+/* Drops the block of (group, rank) on node, if any: undoes a record. */
+void rdzv_plans_forget(rdzv_plans_t *self, const char *node, const char *group, int rank);
 /* Calls fn for every block of group, on every node. */
 typedef void (rdzv_plans_fn)(void *arg, const char *node, int rank, int start, int count);
 void rdzv_plans_foreach(const rdzv_plans_t *self, const char *group, rdzv_plans_fn *fn, void *arg);

@@ -175,6 +175,10 @@ def main():
         write("records", "unknown_type", b'{"t":"nope","g":"g"}')
         write("records", "no_group", b'{"t":"join"}\n{"t":"group"}')
         write("records", "not_json", b'{"t":"group","g":')
+        # The journal above may predate "plans" (one record per release).
+        write("records", "plans", b'{"t":"group","g":"g","world":3,"nccl":"none"}\n'
+              b'{"t":"plans","g":"g","count":32,"ranks":[0,1,2],"nodes":["a","a","b"],'
+              b'"starts":[19500,19532,19500]}')
         write("core", "real_journal_ops",
               "\n".join([join(0, world=1), req("status", i=2)]))
     else:

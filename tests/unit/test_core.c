@@ -311,6 +311,8 @@ START_TEST(test_ports_exhausted)
         s_join(r, "big", 9, r, "node", "s");
     for (int r = 0; r < 9; r++)
         ck_assert_str_eq(s_error(r), RDZV_E_PORTS_EXHAUSTED);
+    /* All or nothing: the eight blocks that fitted are not left behind. */
+    ck_assert_int_eq(rdzv_plans_count(core->plans, "node"), 0);
     s_clear_replies();
 }
 END_TEST
@@ -358,6 +360,115 @@ START_TEST(test_compaction_keeps_state)
     free(before);
     free(after);
     s_clear_replies();
+}
+END_TEST
+
+/* Replay collector: counts record types and keeps every record, with each
+ * "plans" record split into the one-block "plan" records older rdzvd wrote. */
+typedef struct {
+    int plans, plan;
+    cJSON *old_style;
+} s_journal_scan_t;
+
+static int s_scan_record(void *arg, const cJSON *rec)
+{
+    s_journal_scan_t *scan = arg;
+    const char *type = cJSON_GetObjectItem(rec, "t")->valuestring;
+    scan->plan += strcmp(type, "plan") == 0;
+    if (strcmp(type, "plans") != 0) {
+        cJSON_AddItemToArray(scan->old_style, cJSON_Duplicate(rec, 1));
+        return 0;
+    }
+    scan->plans++;
+    const cJSON *ranks = cJSON_GetObjectItem(rec, "ranks"), *nodes = cJSON_GetObjectItem(rec, "nodes");
+    const cJSON *starts = cJSON_GetObjectItem(rec, "starts");
+    for (int i = 0; i < cJSON_GetArraySize(ranks); i++) {
+        cJSON *one = cJSON_CreateObject();
+        cJSON_AddStringToObject(one, "t", "plan");
+        cJSON_AddStringToObject(one, "g", cJSON_GetObjectItem(rec, "g")->valuestring);
+        cJSON_AddNumberToObject(one, "rank", cJSON_GetArrayItem(ranks, i)->valuedouble);
+        cJSON_AddStringToObject(one, "node", cJSON_GetArrayItem(nodes, i)->valuestring);
+        cJSON_AddNumberToObject(one, "start", cJSON_GetArrayItem(starts, i)->valuedouble);
+        cJSON_AddNumberToObject(one, "count", cJSON_GetObjectItem(rec, "count")->valuedouble);
+        cJSON_AddItemToArray(scan->old_style, one);
+    }
+    return 0;
+}
+
+static s_journal_scan_t s_scan_journal(void)
+{
+    char err[256];
+    s_journal_scan_t scan = { .old_style = cJSON_CreateArray() };
+    rdzv_journal_t *j = rdzv_journal_open(dir, false, err, sizeof err);
+    ck_assert_msg(j != NULL, "%s", err);
+    size_t torn = 0;
+    ck_assert_int_ge(rdzv_journal_replay(j, s_scan_record, &scan, false, &torn, err, sizeof err), 0);
+    rdzv_journal_destroy(&j);
+    return scan;
+}
+
+static void s_rewrite_journal(const cJSON *records)
+{
+    char err[256];
+    rdzv_journal_t *j = rdzv_journal_open(dir, false, err, sizeof err);
+    ck_assert_msg(j != NULL, "%s", err);
+    ck_assert_int_eq(rdzv_journal_compact(j, records), 0);
+    rdzv_journal_destroy(&j);
+}
+
+/* A release writes its new port blocks as one "plans" record; journals of
+ * the one-"plan"-per-block kind still replay to the same state. */
+START_TEST(test_plans_record)
+{
+    for (int r = 0; r < 6; r++)
+        s_join(r, "g", 6, r, r < 3 ? "n0" : "n1", "s");
+    char *before = cJSON_PrintUnformatted(s_assignment(4));
+    s_clear_replies();
+    rdzv_core_destroy(&core);
+    s_journal_scan_t scan = s_scan_journal();
+    ck_assert_int_eq(scan.plans, 1);
+    ck_assert_int_eq(scan.plan, 0);
+    ck_assert_int_eq(cJSON_GetArraySize(scan.old_style), 1 + 6 + 6 + 1);   /* group, joins, plan, complete */
+
+    s_rewrite_journal(scan.old_style);
+    s_open();
+    ck_assert_int_eq(rdzv_plans_count(core->plans, "n0"), 3);
+    s_join(4, "g", 6, 4, "n1", "s");
+    char *after = cJSON_PrintUnformatted(s_assignment(4));
+    ck_assert_str_eq(before, after);
+    s_clear_replies();
+    rdzv_core_destroy(&core);
+
+    /* A "plans" record whose arrays disagree is corruption, not half a plan. */
+    cJSON *bad = cJSON_CreateArray();
+    for (int i = 0; i < cJSON_GetArraySize(scan.old_style); i++) {
+        const cJSON *rec = cJSON_GetArrayItem(scan.old_style, i);
+        if (strcmp(cJSON_GetObjectItem(rec, "t")->valuestring, "plan") != 0) {
+            cJSON_AddItemToArray(bad, cJSON_Duplicate(rec, 1));
+            continue;
+        }
+        if (cJSON_GetObjectItem(rec, "rank")->valuedouble != 0)
+            continue;
+        cJSON *plans = cJSON_CreateObject();
+        cJSON_AddStringToObject(plans, "t", "plans");
+        cJSON_AddStringToObject(plans, "g", "g");
+        cJSON_AddNumberToObject(plans, "count", 32);
+        int ranks[2] = { 0, 1 }, starts[2] = { 19500, 19532 };
+        const char *nodes[1] = { "n0" };
+        cJSON_AddItemToObject(plans, "ranks", cJSON_CreateIntArray(ranks, 2));
+        cJSON_AddItemToObject(plans, "nodes", cJSON_CreateStringArray(nodes, 1));
+        cJSON_AddItemToObject(plans, "starts", cJSON_CreateIntArray(starts, 2));
+        cJSON_AddItemToArray(bad, plans);
+    }
+    s_rewrite_journal(bad);
+    char err[256];
+    rdzv_config_t cfg = s_config();
+    core = rdzv_core_new(&cfg, err, sizeof err);
+    ck_assert_ptr_null(core);
+    cJSON_Delete(bad);
+    cJSON_Delete(scan.old_style);
+    free(before);
+    free(after);
 }
 END_TEST
 
@@ -461,6 +572,7 @@ int main(void)
     tcase_add_test(tc, test_rank0_mode);
     tcase_add_test(tc, test_compaction_keeps_state);
     tcase_add_test(tc, test_limits);
+    tcase_add_test(tc, test_plans_record);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_ENV);
