@@ -301,13 +301,18 @@ static bool s_token_ok(const char *want, const cJSON *root)
     return diff == 0;
 }
 
-void rdzv_core_handle(rdzv_core_t *self, const rdzv_peer_t *peer,
-                      const char *frame, size_t len, int64_t now_ms)
+void rdzv_core_parse(const rdzv_core_t *self, const char *frame, size_t len, rdzv_parsed_t *out)
+{
+    out->code = NULL;
+    out->rc = rdzv_request_parse(frame, len, self->cfg.max_world, &out->req, &out->code,
+                                 out->msg, sizeof out->msg);
+}
+
+void rdzv_core_handle_parsed(rdzv_core_t *self, const rdzv_peer_t *peer, rdzv_parsed_t *parsed,
+                             int64_t now_ms)
 {
     self->now_ms = now_ms;
-    rdzv_request_t req;
-    const char *code = NULL;
-    char msg[256];
+    rdzv_request_t *req = &parsed->req;
     rdzv_peer_t from = *peer;
     if (peer->shard >= 0 && peer->shard < RDZV_METRIC_SHARDS)
         self->metrics.shard_requests[peer->shard]++;
@@ -315,21 +320,27 @@ void rdzv_core_handle(rdzv_core_t *self, const rdzv_peer_t *peer,
         from.req = 0;
         rdzv_core_error(self, &from, RDZV_E_LIMIT, "over %d requests per second on this connection",
                         self->cfg.limits.max_rps);
-        return;
-    }
-    if (rdzv_request_parse(frame, len, self->cfg.max_world, &req, &code, msg, sizeof msg) < 0) {
-        from.req = req.id;
-        rdzv_core_error(self, &from, code, "%s", msg);
-        return;
-    }
-    from.req = req.id;
-    if (self->cfg.group_token && !s_token_ok(self->cfg.group_token, req.root)) {
+    } else if (parsed->rc < 0) {
+        from.req = req->id;
+        rdzv_core_error(self, &from, parsed->code, "%s", parsed->msg);
+    } else if (self->cfg.group_token && !s_token_ok(self->cfg.group_token, req->root)) {
+        from.req = req->id;
         rdzv_core_error(self, &from, RDZV_E_FORBIDDEN, "missing or wrong group token");
-        rdzv_request_clear(&req);
-        return;
+    } else {
+        from.req = req->id;
+        rdzv_handle_request(self, &from, req);
     }
-    rdzv_handle_request(self, &from, &req);
-    rdzv_request_clear(&req);
+    if (parsed->rc >= 0)
+        rdzv_request_clear(req);
+    parsed->rc = -1;
+}
+
+void rdzv_core_handle(rdzv_core_t *self, const rdzv_peer_t *peer,
+                      const char *frame, size_t len, int64_t now_ms)
+{
+    rdzv_parsed_t parsed;
+    rdzv_core_parse(self, frame, len, &parsed);
+    rdzv_core_handle_parsed(self, peer, &parsed, now_ms);
 }
 
 static void s_tick_group(rdzv_core_t *self, rdzv_group_t *g, int64_t now_ms)

@@ -15,6 +15,7 @@
 #include "metrics.h"
 #include "ncclroot.h"
 #include "plan.h"
+#include "proto.h"
 
 #define RDZV_PEER_MAX 256
 
@@ -122,6 +123,19 @@ void rdzv_core_destroy(rdzv_core_t **self_p);
  * own id is used). Replies land in the outbox. */
 void rdzv_core_handle(rdzv_core_t *self, const rdzv_peer_t *peer,
                       const char *frame, size_t len, int64_t now_ms);
+
+/* The same in two steps, so that server shards parse in parallel outside
+ * the core's lock: rdzv_core_parse reads only the configuration;
+ * rdzv_core_handle_parsed (under the lock) handles the result and clears it. */
+typedef struct {
+    int rc;                      /* rdzv_request_parse's */
+    rdzv_request_t req;
+    const char *code;
+    char msg[256];
+} rdzv_parsed_t;
+void rdzv_core_parse(const rdzv_core_t *self, const char *frame, size_t len, rdzv_parsed_t *out);
+void rdzv_core_handle_parsed(rdzv_core_t *self, const rdzv_peer_t *peer, rdzv_parsed_t *parsed,
+                             int64_t now_ms);
 /* Answers waits whose deadline has passed. */
 void rdzv_core_tick(rdzv_core_t *self, int64_t now_ms);
 /* Makes queued journal records durable. On failure every queued reply is

@@ -147,7 +147,8 @@ static void s_drain_frames(void *sock)
     }
 }
 
-/* Receives up to max [identity][payload] messages outside the core's lock. */
+/* Receives and parses up to max [identity][payload] messages outside the
+ * core's lock: JSON parsing runs on every shard at once. */
 static int s_recv_batch(rdzv_shard_t *self, int max)
 {
     int n = 0;
@@ -159,14 +160,19 @@ static int s_recv_batch(rdzv_shard_t *self, int max)
         r->peer.len = (size_t) len > sizeof r->peer.id ? sizeof r->peer.id : (size_t) len;
         r->peer.req = 0;
         r->peer.shard = self->index;
-        zmq_msg_init(&r->body);
-        if (zmq_msg_recv(&r->body, self->sock, ZMQ_DONTWAIT) < 0) {
-            zmq_msg_close(&r->body);
+        zmq_msg_t body;
+        zmq_msg_init(&body);
+        if (zmq_msg_recv(&body, self->sock, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&body);
             continue;
         }
-        r->extra_frames = zmq_msg_more(&r->body);
+        r->extra_frames = zmq_msg_more(&body);
         if (r->extra_frames)
             s_drain_frames(self->sock);
+        else
+            rdzv_core_parse(self->server->core, zmq_msg_data(&body), zmq_msg_size(&body),
+                            &r->parsed);
+        zmq_msg_close(&body);
         n++;
     }
     return n;
@@ -184,13 +190,11 @@ static bool s_handle_batch(rdzv_shard_t *self, int n)
         if (r->extra_frames)
             rdzv_core_error(core, &r->peer, RDZV_E_BAD_JSON, "a request is exactly one frame");
         else
-            rdzv_core_handle(core, &r->peer, zmq_msg_data(&r->body), zmq_msg_size(&r->body), now);
+            rdzv_core_handle_parsed(core, &r->peer, &r->parsed, now);
     }
     bool pending = rdzv_journal_pending(core->journal);
     bool busy = now - self->server->last_commit_ms <= S_BUSY_MS;
     pthread_mutex_unlock(&core->lock);
-    for (int i = 0; i < n; i++)
-        zmq_msg_close(&self->batch[i].body);
     return pending && busy;
 }
 

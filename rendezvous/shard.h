@@ -16,7 +16,7 @@
 
 typedef struct {
     rdzv_peer_t peer;
-    zmq_msg_t body;
+    rdzv_parsed_t parsed;        /* parsed before the lock is taken */
     bool extra_frames;
 } rdzv_shard_request_t;
 
