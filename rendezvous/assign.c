@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+static void s_reply_assignment(rdzv_core_t *self, rdzv_group_t *g, int rank,
+                               const rdzv_peer_t *peer, bool with_members);
+
 static void s_refuse_waiters(rdzv_core_t *self, rdzv_group_t *g, const char *code,
                              const char *message)
 {
@@ -18,24 +21,6 @@ static void s_refuse_waiters(rdzv_core_t *self, rdzv_group_t *g, const char *cod
             rdzv_core_error(self, &m->peer, code, "group %s: %s", g->name, message);
         }
     }
-}
-
-/* Writes v in decimal at p; returns the end. snprintf per port was most of
- * a large release's formatting time. */
-static char *s_put_int(char *p, int v)
-{
-    if (v < 0)
-        *p++ = '-';
-    unsigned u = v < 0 ? 0u - (unsigned) v : (unsigned) v;
-    char tmp[12];
-    int n = 0;
-    do {
-        tmp[n++] = (char) ('0' + u % 10);
-        u /= 10;
-    } while (u);
-    while (n)
-        *p++ = tmp[--n];
-    return p;
 }
 
 /* An int array as JSON text for cJSON_AddRawToObject: cJSON prints each
@@ -50,7 +35,7 @@ static char *s_int_array_json(const int *v, int n)
     for (int i = 0; i < n; i++) {
         if (i)
             *p++ = ',';
-        p = s_put_int(p, v[i]);
+        p = rdzv_put_int(p, v[i]);
     }
     memcpy(p, "]", 2);
     return text;
@@ -180,8 +165,7 @@ void rdzv_group_release(rdzv_core_t *self, rdzv_group_t *g)
         if (!m->waiting)
             continue;
         m->waiting = false;
-        rdzv_core_reply(self, &m->peer,
-                        rdzv_assignment_reply(self, g, r, m->peer.req, m->want_members));
+        s_reply_assignment(self, g, r, &m->peer, m->want_members);
         self->metrics.assignments++;
         rdzv_histogram_observe(&self->metrics.join_latency,
                                (double) (self->now_ms - m->joined_at_ms) / 1000.0);
@@ -253,9 +237,9 @@ static cJSON *s_members(rdzv_core_t *self, const rdzv_group_t *g, bool with_port
 
 /* The fields every rank of the epoch shares, as JSON object members
  * without braces: built with cJSON once per epoch (and members variant). */
-static const char *s_shared_json(rdzv_core_t *self, rdzv_group_t *g, bool with_members)
+static rdzv_shared_t *s_shared(rdzv_core_t *self, rdzv_group_t *g, bool with_members)
 {
-    char **slot = &g->shared_json[with_members];
+    rdzv_shared_t **slot = &g->shared[with_members];
     if (*slot)
         return *slot;
     cJSON *a = cJSON_CreateObject();
@@ -273,43 +257,38 @@ static const char *s_shared_json(rdzv_core_t *self, rdzv_group_t *g, bool with_m
     cJSON_Delete(a);
     if (!text)
         return NULL;
-    /* Drop the outer braces so the text splices into each rank's object. */
-    size_t n = strlen(text);
-    memmove(text, text + 1, n - 2);
-    text[n - 2] = '\0';
-    *slot = text;
-    return text;
+    /* Without the outer braces the text splices into each rank's object. */
+    *slot = rdzv_shared_new(text + 1, strlen(text) - 2);
+    free(text);
+    return *slot;
 }
 
-/* Per rank only the rank and its ports differ; a release of a large group
- * formats them with plain integer printing rather than a cJSON tree. */
+/* Queues rank's assignment by its parts; the shard that sends it formats
+ * it (reply.c). Per rank only the rank and its ports differ. */
+static void s_reply_assignment(rdzv_core_t *self, rdzv_group_t *g, int rank,
+                               const rdzv_peer_t *peer, bool with_members)
+{
+    rdzv_shared_t *shared = s_shared(self, g, with_members);
+    if (!shared) {
+        rdzv_core_error(self, peer, RDZV_E_INTERNAL, "out of memory");
+        return;
+    }
+    rdzv_core_reply_assignment(self, peer, shared, rank, s_port_start(self, g, rank),
+                               rdzv_plans_ports_per_rank(self->plans));
+}
+
 char *rdzv_assignment_reply(rdzv_core_t *self, rdzv_group_t *g, int rank,
                             int64_t req_id, bool with_members)
 {
-    const char *shared = s_shared_json(self, g, with_members);
-    int k = rdzv_plans_ports_per_rank(self->plans);
-    int first = s_port_start(self, g, rank);
-    if (!shared)
+    rdzv_reply_t reply = { .peer.req = req_id, .rank = rank,
+                           .shared = rdzv_shared_ref(s_shared(self, g, with_members)),
+                           .first_port = s_port_start(self, g, rank),
+                           .ports = rdzv_plans_ports_per_rank(self->plans) };
+    if (!reply.shared || rdzv_reply_render(&reply) < 0) {
+        rdzv_reply_clear(&reply);
         return NULL;
-    size_t tail = strlen(shared);
-    size_t cap = tail + 128 + (size_t) k * 7;
-    char *text = malloc(cap);
-    if (!text)
-        return NULL;
-    int n = snprintf(text, cap, "{\"v\":1,\"id\":%lld,\"ok\":true,\"assignment\":{\"rank\":%d,"
-                     "\"ports\":[", (long long) req_id, rank);
-    char *p = text + n;
-    for (int i = 0; i < k; i++) {
-        if (i)
-            *p++ = ',';
-        p = s_put_int(p, first + i);
     }
-    *p++ = ']';
-    *p++ = ',';
-    memcpy(p, shared, tail);
-    p += tail;
-    memcpy(p, "}}", 3);
-    return text;
+    return reply.text;
 }
 
 cJSON *rdzv_group_status(rdzv_core_t *self, rdzv_group_t *g)

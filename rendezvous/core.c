@@ -49,8 +49,8 @@ void rdzv_group_free(void **item)
     zlistx_destroy(&g->kv_waiters);
     cJSON_Delete(g->nccl_ids);
     cJSON_Delete(g->rank0_ids);
-    free(g->shared_json[0]);
-    free(g->shared_json[1]);
+    rdzv_shared_unref(&g->shared[0]);
+    rdzv_shared_unref(&g->shared[1]);
     free(g->name);
     free(g);
     *item = NULL;
@@ -179,7 +179,7 @@ rdzv_core_t *rdzv_core_new(const rdzv_config_t *cfg, char *err, size_t errlen)
 static void s_drop_outbox(rdzv_core_t *self)
 {
     for (size_t i = 0; i < self->out_len; i++)
-        free(self->outbox[i].text);
+        rdzv_reply_clear(&self->outbox[i]);
     self->out_len = 0;
 }
 
@@ -199,23 +199,36 @@ void rdzv_core_destroy(rdzv_core_t **self_p)
     *self_p = NULL;
 }
 
-void rdzv_core_reply(rdzv_core_t *self, const rdzv_peer_t *peer, char *text)
+/* Takes reply over (cleared if it cannot be queued). */
+static void s_push(rdzv_core_t *self, rdzv_reply_t reply)
 {
-    if (!text || self->replaying) {
-        free(text);
+    if ((!reply.text && !reply.shared) || self->replaying) {
+        rdzv_reply_clear(&reply);
         return;
     }
     if (self->out_len == self->out_cap) {
         size_t cap = self->out_cap ? self->out_cap * 2 : 64;
         rdzv_reply_t *grown = realloc(self->outbox, cap * sizeof *grown);
         if (!grown) {
-            free(text);
+            rdzv_reply_clear(&reply);
             return;
         }
         self->outbox = grown;
         self->out_cap = cap;
     }
-    self->outbox[self->out_len++] = (rdzv_reply_t) { .peer = *peer, .text = text };
+    self->outbox[self->out_len++] = reply;
+}
+
+void rdzv_core_reply(rdzv_core_t *self, const rdzv_peer_t *peer, char *text)
+{
+    s_push(self, (rdzv_reply_t) { .peer = *peer, .text = text });
+}
+
+void rdzv_core_reply_assignment(rdzv_core_t *self, const rdzv_peer_t *peer, rdzv_shared_t *shared,
+                                int rank, int first_port, int ports)
+{
+    s_push(self, (rdzv_reply_t) { .peer = *peer, .shared = rdzv_shared_ref(shared), .rank = rank,
+                                  .first_port = first_port, .ports = ports });
 }
 
 void rdzv_core_error(rdzv_core_t *self, const rdzv_peer_t *peer, const char *code,
@@ -271,7 +284,7 @@ int rdzv_core_commit(rdzv_core_t *self)
     rdzv_core_log("journal", "write failed (%s); refusing this batch and reloading state",
                   strerror(errno));
     for (size_t i = 0; i < self->out_len; i++) {
-        free(self->outbox[i].text);
+        rdzv_reply_clear(&self->outbox[i]);
         self->outbox[i].text = rdzv_reply_error(self->outbox[i].peer.req, RDZV_E_INTERNAL,
                                                 "rdzvd could not record the change");
     }
@@ -279,12 +292,20 @@ int rdzv_core_commit(rdzv_core_t *self)
     return -1;
 }
 
-rdzv_reply_t *rdzv_core_take_outbox(rdzv_core_t *self, size_t *count)
+rdzv_reply_t *rdzv_core_take_outbox_unrendered(rdzv_core_t *self, size_t *count)
 {
     rdzv_reply_t *out = self->outbox;
     *count = self->out_len;
     self->outbox = NULL;
     self->out_len = self->out_cap = 0;
+    return out;
+}
+
+rdzv_reply_t *rdzv_core_take_outbox(rdzv_core_t *self, size_t *count)
+{
+    rdzv_reply_t *out = rdzv_core_take_outbox_unrendered(self, count);
+    for (size_t i = 0; i < *count; i++)
+        rdzv_reply_render(&out[i]);
     return out;
 }
 

@@ -16,22 +16,8 @@
 #include "ncclroot.h"
 #include "plan.h"
 #include "proto.h"
+#include "reply.h"
 
-#define RDZV_PEER_MAX 256
-
-/* Where a reply goes: the server shard whose ROUTER socket the request came
- * in on, that socket's identity for the connection, and the request id. */
-typedef struct {
-    unsigned char id[RDZV_PEER_MAX];
-    size_t len;
-    int64_t req;
-    int shard;
-} rdzv_peer_t;
-
-typedef struct {
-    rdzv_peer_t peer;
-    char *text;                  /* malloc'd JSON */
-} rdzv_reply_t;
 
 typedef struct {
     int port_base, ports_per_rank, port_limit, max_world;
@@ -89,7 +75,7 @@ typedef struct {
     rdzv_member_t **members;     /* world entries, NULL until joined */
     /* The part of every rank's assignment that is the same for all ranks of
      * the epoch, formatted once: with and without the members list. */
-    char *shared_json[2];
+    rdzv_shared_t *shared[2];
     zhashx_t *kv;                /* key -> value, current epoch only */
     zlistx_t *kv_waiters;        /* rdzv_kv_waiter_t */
     uint64_t kv_bytes;           /* keys + values of the current epoch */
@@ -146,12 +132,17 @@ int rdzv_core_commit(rdzv_core_t *self);
 int rdzv_core_pending(rdzv_core_t *self);
 /* Rewrites the journal as the records of the current state (compact.c). */
 int rdzv_core_compact(rdzv_core_t *self);
-/* Takes the outbox; the caller sends and frees each reply's text and then
- * frees the array. */
+/* Takes the outbox, every reply formatted (text NULL only when out of
+ * memory); the caller sends and clears each reply, then frees the array. */
 rdzv_reply_t *rdzv_core_take_outbox(rdzv_core_t *self, size_t *count);
+/* The same with assignments left for the sender to rdzv_reply_render. */
+rdzv_reply_t *rdzv_core_take_outbox_unrendered(rdzv_core_t *self, size_t *count);
 
 /* --- used by the handlers (handlers.c, group.c) --- */
 void rdzv_core_reply(rdzv_core_t *self, const rdzv_peer_t *peer, char *text);
+/* Queues an assignment by its parts; takes a reference to shared. */
+void rdzv_core_reply_assignment(rdzv_core_t *self, const rdzv_peer_t *peer, rdzv_shared_t *shared,
+                                int rank, int first_port, int ports);
 void rdzv_core_error(rdzv_core_t *self, const rdzv_peer_t *peer, const char *code,
                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* Journals record and applies it to memory; takes ownership of record. */

@@ -97,10 +97,8 @@ static int s_apply_epoch(rdzv_group_t *g, const cJSON *rec)
     g->nccl_ids = NULL;
     cJSON_Delete(g->rank0_ids);
     g->rank0_ids = NULL;
-    for (int i = 0; i < 2; i++) {
-        free(g->shared_json[i]);
-        g->shared_json[i] = NULL;
-    }
+    for (int i = 0; i < 2; i++)
+        rdzv_shared_unref(&g->shared[i]);
     zhashx_purge(g->kv);
     g->kv_bytes = 0;
     return 0;

@@ -33,7 +33,7 @@ void rdzv_shard_destroy(rdzv_shard_t *self)
     if (self->wake_fd > 0)
         close(self->wake_fd);
     for (size_t i = 0; i < self->in_len; i++)
-        free(self->inbox[i].text);
+        rdzv_reply_clear(&self->inbox[i]);
     free(self->inbox);
     pthread_mutex_destroy(&self->lock);
 }
@@ -67,10 +67,13 @@ void rdzv_shard_wake(rdzv_shard_t *self)
 
 static void s_send(rdzv_shard_t *self, rdzv_reply_t *reply)
 {
-    /* A peer that vanished is dropped by the ROUTER; nothing to do. */
-    if (zmq_send(self->sock, reply->peer.id, reply->peer.len, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
+    /* Assignments are formatted here, by the shard owning the connection,
+     * outside the core's lock (reply.h). A peer that vanished is dropped by
+     * the ROUTER; nothing to do. */
+    if (rdzv_reply_render(reply) == 0 && reply->text
+        && zmq_send(self->sock, reply->peer.id, reply->peer.len, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
         zmq_send(self->sock, reply->text, strlen(reply->text), ZMQ_DONTWAIT);
-    free(reply->text);
+    rdzv_reply_clear(reply);
 }
 
 static int s_queue(rdzv_shard_t *to, const rdzv_reply_t *reply)
@@ -102,10 +105,10 @@ static void s_dispatch(rdzv_shard_t *self, rdzv_reply_t *out, size_t count)
             if (out[i].peer.shard != t)
                 continue;
             if (s_queue(to, &out[i]) < 0)
-                free(out[i].text);
+                rdzv_reply_clear(&out[i]);
             else
                 queued++;
-            out[i].text = NULL;
+            out[i].peer.shard = -1;      /* moved */
         }
         pthread_mutex_unlock(&to->lock);
         /* A non-empty inbox has a wake-up pending already. */
@@ -113,7 +116,7 @@ static void s_dispatch(rdzv_shard_t *self, rdzv_reply_t *out, size_t count)
             rdzv_shard_wake(to);
     }
     for (size_t i = 0; i < count; i++)
-        if (out[i].text)
+        if (out[i].peer.shard != -1)
             s_send(self, &out[i]);
     free(out);
 }
@@ -209,7 +212,7 @@ static void s_commit_and_send(rdzv_shard_t *self, bool tick)
     if (rdzv_journal_pending(core->journal))
         self->server->last_commit_ms = now;
     rdzv_core_commit(core);
-    rdzv_reply_t *out = rdzv_core_take_outbox(core, &count);
+    rdzv_reply_t *out = rdzv_core_take_outbox_unrendered(core, &count);
     /* stderr is fully buffered (rdzvd.c): one write per batch, not per line. */
     fflush(stderr);
     pthread_mutex_unlock(&core->lock);
