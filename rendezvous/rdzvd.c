@@ -52,7 +52,8 @@ static void s_usage(FILE *out)
         "  --shards N               ROUTER sockets, each in its own thread on its own\n"
         "                           SO_REUSEPORT listener of the port (default: half the\n"
         "                           CPUs, 2 to 8; 1 for endpoints other than tcp://ADDR:PORT)\n"
-        "  --io-threads N           ZeroMQ I/O threads (default: as many as shards)\n"
+        "  --io-threads N           ZeroMQ I/O threads (default: twice the shards, at most\n"
+        "                           the CPUs)\n"
         "  --log-format text|json   one line per event, as text or a JSON object\n"
         "  --compact-mib N          rewrite the journal as a snapshot past N MiB (default 64)\n"
         "  --max-groups N           groups held at once (default 100000)\n"
@@ -242,20 +243,26 @@ static int s_open_bind(const s_options_t *o, char *out, size_t outlen)
     return -1;
 }
 
-/* Half the CPUs, 2 to 8: each shard brings a ZeroMQ I/O thread, and the
- * ranks' own connects want CPU too. On the 16-core device 8 shards beat 4 at
- * 1024, 4096 and 16384 ranks (docs/performance.md); with one CPU there is
- * nothing to spread. */
-static int s_default_shards(const char *endpoint)
+/* The CPUs this process may run on (a container's cpuset), not the node's. */
+static int s_cpus(void)
 {
-    /* The CPUs this process may run on (a container's cpuset), not the node's. */
     cpu_set_t set;
     long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
                                                             : sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus > 0 ? (int) cpus : 1;
+}
+
+/* Half the CPUs, 2 to 8, and twice as many I/O threads up to the CPUs: on
+ * the 16-core device 8 shards beat 4, and 16 I/O threads beat 8, at 1024,
+ * 4096 and 16384 ranks (docs/performance.md). With one CPU there is nothing
+ * to spread. */
+static int s_default_shards(const char *endpoint)
+{
+    int cpus = s_cpus();
     if (!rdzv_listen_shardable(endpoint) || cpus < 2)
         return 1;
-    long half = cpus / 2;
-    return half < 2 ? 2 : half > 8 ? 8 : (int) half;
+    int half = cpus / 2;
+    return half < 2 ? 2 : half > 8 ? 8 : half;
 }
 
 static char *s_read_token(const char *path)
@@ -317,7 +324,9 @@ int main(int argc, char **argv)
         return 2;
     o.cfg.group_token = token;
     int shards = o.shards ? o.shards : s_default_shards(bind);
-    zsys_set_io_threads((size_t) (o.io_threads ? o.io_threads : shards));
+    int io_threads = o.io_threads ? o.io_threads
+                     : 2 * shards < s_cpus() ? 2 * shards : s_cpus();
+    zsys_set_io_threads((size_t) io_threads);
     /* Up before the replay: /healthz answers and /readyz says 503 meanwhile. */
     rdzv_http_t *http = NULL;
     if (o.http && !(http = rdzv_http_new(o.http, err, sizeof err))) {
@@ -342,8 +351,9 @@ int main(int argc, char **argv)
     rdzv_http_set_core(http, core);
     if (http)
         rdzv_core_log("http", "port=%d", rdzv_http_port(http));
-    rdzv_core_log("start", "version=%s endpoint=%s shards=%d state=%s ports=[%d,%d) per_rank=%d nccl=%s",
-                  RDZV_VERSION, rdzv_server_endpoint(server), shards, o.cfg.state_dir,
+    rdzv_core_log("start", "version=%s endpoint=%s shards=%d io_threads=%d state=%s ports=[%d,%d) "
+                  "per_rank=%d nccl=%s", RDZV_VERSION, rdzv_server_endpoint(server), shards,
+                  io_threads, o.cfg.state_dir,
                   o.cfg.port_base, o.cfg.port_limit, o.cfg.ports_per_rank,
                   o.cfg.nccl_helper ? o.cfg.nccl_helper : "none");
     if (o.endpoint_file)
