@@ -176,6 +176,54 @@ def run_rdzv(a, n, extra=(), floor=True):
     return json.loads(lines[-1])
 
 
+def summarize(a, sizes, runs, variants, reps_done, quiet):
+    """Medians and ratios of what ran so far; writes --out and --dat."""
+    out = print if not quiet else (lambda *x, **k: None)
+    summary = {"processes": a.processes, "repeat": a.repeat, "repetitions_done": reps_done,
+               "fsync": a.fsync, "window": a.window, "cpus": os.cpu_count(), "sizes": {},
+               "variants": {name: " ".join(args) for name, args in variants}}
+    out("\n%7s %10s %10s %10s %14s %12s" % ("ranks", "rdzv s", "TCPStore s", "floor s",
+                                           "TCPStore/rdzv", "rdzv/floor"))
+    dat = ["# ranks rdzv_s tcpstore_s floor_s (medians)"]
+    for n in sizes:
+        r, t, f = med(runs[n]["rdzv"]), med(runs[n]["tcpstore"]), med(runs[n]["floor"])
+        s = {"rdzv_s": r, "tcpstore_s": t, "floor_s": f,
+             "tcpstore_over_rdzv": (t / r) if (t and r) else None,
+             "rdzv_over_floor": (r / f) if (r and f) else None,
+             "rdzv_release_p99_ms": med(runs[n]["release_p99"]),
+             "rdzv_server_cpu_s": med(runs[n]["rdzv_cpu"]),
+             "tcpstore_server_cpu_s": med(runs[n]["tcpstore_cpu"]),
+             "rdzv_server_rss_mib": med(runs[n]["rdzv_rss"]),
+             "tcpstore_server_rss_mib": med(runs[n]["tcpstore_rss"]),
+             "runs": runs[n]}
+        for name, _ in variants:
+            vs = runs[n]["variants"][name]
+            vmed = med([x["seconds"] for x in vs])
+            s[name] = {"s": vmed, "release_p99_ms": med([x["release_p99_ms"] for x in vs]),
+                       "server_cpu_s": med([x["cpu_s"] for x in vs]),
+                       "over_rdzv": (vmed / r) if (vmed and r) else None,
+                       "tcpstore_over": (t / vmed) if (t and vmed) else None}
+        summary["sizes"][str(n)] = s
+        fmt = lambda x, p="%.3f": (p % x) if x is not None else "-"  # noqa: E731
+        out("%7d %10s %10s %10s %14s %12s" % (n, fmt(r), fmt(t), fmt(f),
+                                              fmt(s["tcpstore_over_rdzv"], "%.2fx"),
+                                              fmt(s["rdzv_over_floor"], "%.2fx")))
+        for name, _ in variants:
+            v = s[name]
+            out("%7s %-10s %.3f s, %s of rdzv's time, TCPStore/%s %s, release p99 %s ms"
+                % ("", name, v["s"] or -1, fmt(v["over_rdzv"], "%.2fx"), name,
+                   fmt(v["tcpstore_over"], "%.2fx"), fmt(v["release_p99_ms"], "%.1f")))
+        dat.append("%d %s %s %s" % (n, r if r else "NaN", t if t else "NaN", f if f else "NaN"))
+    if not quiet:
+        print(json.dumps(summary))
+    if a.out:
+        with open(a.out, "w") as fo:
+            json.dump(summary, fo, indent=1)
+    if a.dat:
+        with open(a.dat, "w") as fo:
+            fo.write("\n".join(dat) + "\n")
+
+
 def have_torch(python):
     return subprocess.run([python, "-c", "import torch.distributed as d; d.TCPStore"],
                           capture_output=True).returncode == 0
@@ -269,48 +317,9 @@ def main():
                     print("rep %d N=%d TCPStore %.3f s (cpu %.2f s, rss %.0f MiB)%s"
                           % (rep, n, t["seconds"] or -1, t["server_cpu_s"], t["server_rss_mib"],
                              "" if ok else "  FAILED %d/%d" % (t["assigned"], n)), flush=True)
-    summary = {"processes": a.processes, "repeat": a.repeat, "fsync": a.fsync,
-               "window": a.window, "cpus": os.cpu_count(), "sizes": {},
-               "variants": {name: " ".join(args) for name, args in variants}}
-    print("\n%7s %10s %10s %10s %14s %12s" % ("ranks", "rdzv s", "TCPStore s", "floor s",
-                                            "TCPStore/rdzv", "rdzv/floor"))
-    dat = ["# ranks rdzv_s tcpstore_s floor_s (medians)"]
-    for n in sizes:
-        r, t, f = med(runs[n]["rdzv"]), med(runs[n]["tcpstore"]), med(runs[n]["floor"])
-        s = {"rdzv_s": r, "tcpstore_s": t, "floor_s": f,
-             "tcpstore_over_rdzv": (t / r) if (t and r) else None,
-             "rdzv_over_floor": (r / f) if (r and f) else None,
-             "rdzv_release_p99_ms": med(runs[n]["release_p99"]),
-             "rdzv_server_cpu_s": med(runs[n]["rdzv_cpu"]),
-             "tcpstore_server_cpu_s": med(runs[n]["tcpstore_cpu"]),
-             "rdzv_server_rss_mib": med(runs[n]["rdzv_rss"]),
-             "tcpstore_server_rss_mib": med(runs[n]["tcpstore_rss"]),
-             "runs": runs[n]}
-        for name, _ in variants:
-            vs = runs[n]["variants"][name]
-            vmed = med([x["seconds"] for x in vs])
-            s[name] = {"s": vmed, "release_p99_ms": med([x["release_p99_ms"] for x in vs]),
-                       "server_cpu_s": med([x["cpu_s"] for x in vs]),
-                       "over_rdzv": (vmed / r) if (vmed and r) else None,
-                       "tcpstore_over": (t / vmed) if (t and vmed) else None}
-        summary["sizes"][str(n)] = s
-        fmt = lambda x, p="%.3f": (p % x) if x is not None else "-"  # noqa: E731
-        print("%7d %10s %10s %10s %14s %12s" % (n, fmt(r), fmt(t), fmt(f),
-                                               fmt(s["tcpstore_over_rdzv"], "%.2fx"),
-                                               fmt(s["rdzv_over_floor"], "%.2fx")))
-        for name, _ in variants:
-            v = s[name]
-            print("%7s %-10s %.3f s, %s of rdzv's time, TCPStore/%s %s, release p99 %s ms"
-                  % ("", name, v["s"] or -1, fmt(v["over_rdzv"], "%.2fx"), name,
-                     fmt(v["tcpstore_over"], "%.2fx"), fmt(v["release_p99_ms"], "%.1f")))
-        dat.append("%d %s %s %s" % (n, r if r else "NaN", t if t else "NaN", f if f else "NaN"))
-    print(json.dumps(summary))
-    if a.out:
-        with open(a.out, "w") as fo:
-            json.dump(summary, fo, indent=1)
-    if a.dat:
-        with open(a.dat, "w") as fo:
-            fo.write("\n".join(dat) + "\n")
+        # A run cut short (a device lease's time) still leaves its data.
+        summarize(a, sizes, runs, variants, rep + 1, quiet=True)
+    summarize(a, sizes, runs, variants, a.repeat, quiet=False)
     return 0
 
 
