@@ -43,11 +43,14 @@ static int s_set_int(void *sock, int option, int value)
 
 /* LINGER 0: a client that gives up must not block exit on unsent frames.
  * IMMEDIATE: while disconnected, sends fail instead of queueing stale
- * copies that would all arrive at once after a reconnect. */
+ * copies that would all arrive at once after a reconnect. IPV6: rdzvd may
+ * serve an IPv6 address (IPv6-only Kubernetes clusters); IPv4 endpoints
+ * work as before. */
 static int s_configure(void *sock)
 {
     if (s_set_int(sock, ZMQ_LINGER, 0) != 0
         || s_set_int(sock, ZMQ_IMMEDIATE, 1) != 0
+        || s_set_int(sock, ZMQ_IPV6, 1) != 0
         || s_set_int(sock, ZMQ_RECONNECT_IVL, RDZV_RECONNECT_IVL_MS) != 0
         || s_set_int(sock, ZMQ_RECONNECT_IVL_MAX, RDZV_RECONNECT_IVL_MAX_MS) != 0
         || s_set_int(sock, ZMQ_HEARTBEAT_IVL, RDZV_HEARTBEAT_IVL_MS) != 0

@@ -46,6 +46,40 @@ def shard_requests(http_port):
     return out
 
 
+def have_ipv6_loopback():
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+def ipv6_group(rdzvd, rdzv, tmp):
+    """rdzvd on [::1] with two shards; four `rdzv join` over IPv6."""
+    epfile = os.path.join(tmp, "endpoint6")
+    proc = subprocess.Popen([rdzvd, "--bind", "tcp://[::1]:0", "--shards", "2",
+                             "--endpoint-file", epfile, "--state-dir",
+                             os.path.join(tmp, "state6"), "--no-nccl"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        if not wait_file(epfile, proc):
+            return False
+        with open(epfile) as f:
+            endpoint = f.read().strip()
+        joins = [subprocess.Popen([rdzv, "join", "--server", endpoint, "--group", "v6",
+                                   "--world", "4", "--rank", str(r), "--node", "n%d" % r,
+                                   "--host", "::1", "--timeout", "30"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                 for r in range(4)]
+        outs = [(j.wait(timeout=60), j.stdout.read()) for j in joins]
+        return endpoint.startswith("tcp://[::1]:") and all(
+            rc == 0 and json.loads(out)["world"] == 4 for rc, out in outs)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
 def wait_file(path, proc, seconds=20):
     deadline = time.time() + seconds
     while not os.path.exists(path) and proc.poll() is None and time.time() < deadline:
@@ -109,6 +143,9 @@ def main():
                        ipc.returncode != 0 and "tcp://ADDRESS:PORT" in ipc.stderr))
         bad = subprocess.run([rdzvd, "--shards", "0"], capture_output=True, text=True, timeout=20)
         checks.append(("--shards 0 is a usage error", bad.returncode == 2))
+        if have_ipv6_loopback():
+            checks.append(("an IPv6 endpoint with 2 shards serves 4 ranks",
+                           ipv6_group(rdzvd, rdzv, tmp.name)))
     finally:
         proc.terminate()
         try:
