@@ -19,7 +19,10 @@ int rdzv_listen_shardable(const char *endpoint);
 /* Opens count listeners on endpoint into fds (non-blocking, close-on-exec,
  * listening). Fails with EADDRINUSE when anything holds the port already,
  * even another SO_REUSEPORT group of this user, so a second rdzvd on the same
- * port does not silently split the clients. Returns 0, or -1 with err set. */
+ * port does not silently split the clients. (A program of the same uid that
+ * sets SO_REUSEPORT itself can still join the group, by the kernel's rule:
+ * run rdzvd under its own uid or in its own Pod.) Returns 0, or -1 with err
+ * set. */
 int rdzv_listen_group(const char *endpoint, int count, int *fds, char *err, size_t errlen);
 
 #endif
