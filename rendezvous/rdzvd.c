@@ -1,6 +1,7 @@
 /* rdzvd: the rendezvous server. Parses options, checks that the managed port
  * range cannot collide with kernel-chosen ports, then runs the server. */
 #include "core.h"
+#include "cpus.h"
 #include "http.h"
 #include "listen.h"
 #include "server.h"
@@ -9,7 +10,6 @@
 #include <getopt.h>
 #include <limits.h>
 #include <malloc.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -243,22 +243,15 @@ static int s_open_bind(const s_options_t *o, char *out, size_t outlen)
     return -1;
 }
 
-/* The CPUs this process may run on (a container's cpuset), not the node's. */
-static int s_cpus(void)
-{
-    cpu_set_t set;
-    long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-                                                            : sysconf(_SC_NPROCESSORS_ONLN);
-    return cpus > 0 ? (int) cpus : 1;
-}
 
-/* Half the CPUs, 2 to 8, and twice as many I/O threads up to the CPUs: on
+/* Half the usable CPUs (cpus.h: affinity and a cgroup CPU limit), 2 to 8,
+ * and twice as many I/O threads up to the CPUs: on
  * the 16-core device 8 shards beat 4, and 16 I/O threads beat 8, at 1024,
  * 4096 and 16384 ranks (docs/performance.md). With one CPU there is nothing
  * to spread. */
 static int s_default_shards(const char *endpoint)
 {
-    int cpus = s_cpus();
+    int cpus = rdzv_cpus_usable();
     if (!rdzv_listen_shardable(endpoint) || cpus < 2)
         return 1;
     int half = cpus / 2;
@@ -325,7 +318,7 @@ int main(int argc, char **argv)
     o.cfg.group_token = token;
     int shards = o.shards ? o.shards : s_default_shards(bind);
     int io_threads = o.io_threads ? o.io_threads
-                     : 2 * shards < s_cpus() ? 2 * shards : s_cpus();
+                     : 2 * shards < rdzv_cpus_usable() ? 2 * shards : rdzv_cpus_usable();
     zsys_set_io_threads((size_t) io_threads);
     /* Up before the replay: /healthz answers and /readyz says 503 meanwhile. */
     rdzv_http_t *http = NULL;

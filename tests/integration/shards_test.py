@@ -7,6 +7,7 @@ refused instead of silently splitting the clients, and --shards with an
 endpoint that cannot be sharded refused. TAP. Needs RDZVD and RDZV."""
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -80,6 +81,23 @@ def ipv6_group(rdzvd, rdzv, tmp):
         proc.wait(timeout=20)
 
 
+def start_line(rdzvd, tmp, prefix):
+    """rdzvd's "start" log line when run under prefix (taskset ...)."""
+    epfile = os.path.join(tmp, "endpoint-pinned")
+    log = os.path.join(tmp, "pinned.log")
+    with open(log, "w") as err:
+        proc = subprocess.Popen(prefix + [rdzvd, "--bind", "tcp://127.0.0.1:0", "--endpoint-file",
+                                          epfile, "--state-dir", os.path.join(tmp, "state-pinned"),
+                                          "--no-nccl"], stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            wait_file(epfile, proc)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=20)
+    with open(log) as f:
+        return next((line for line in f if " start " in line), "")
+
+
 def wait_file(path, proc, seconds=20):
     deadline = time.time() + seconds
     while not os.path.exists(path) and proc.poll() is None and time.time() < deadline:
@@ -143,6 +161,9 @@ def main():
                        ipc.returncode != 0 and "tcp://ADDRESS:PORT" in ipc.stderr))
         bad = subprocess.run([rdzvd, "--shards", "0"], capture_output=True, text=True, timeout=20)
         checks.append(("--shards 0 is a usage error", bad.returncode == 2))
+        if shutil.which("taskset"):
+            checks.append(("pinned to one CPU, rdzvd starts 1 shard and 1 I/O thread",
+                           "shards=1 io_threads=1" in start_line(rdzvd, tmp.name, ["taskset", "-c", "0"])))
         if have_ipv6_loopback():
             checks.append(("an IPv6 endpoint with 2 shards serves 4 ranks",
                            ipv6_group(rdzvd, rdzv, tmp.name)))

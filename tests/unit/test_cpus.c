@@ -1,0 +1,56 @@
+/* Sizing rdzvd's threads (rendezvous/cpus.c): cgroup CPU limits as
+ * Kubernetes writes them, and the count never above the affinity mask. */
+#include <check.h>
+#include <sched.h>
+#include <stdlib.h>
+
+#include "cpus.h"
+
+START_TEST(test_cpu_max)
+{
+    ck_assert_int_eq(rdzv_cpus_from_cpu_max("max 100000\n"), 0);
+    ck_assert_int_eq(rdzv_cpus_from_cpu_max("100000 100000\n"), 1);
+    ck_assert_int_eq(rdzv_cpus_from_cpu_max("150000 100000\n"), 2);   /* 1.5 CPUs: 2 threads */
+    ck_assert_int_eq(rdzv_cpus_from_cpu_max("25000 100000"), 1);      /* 250m */
+    ck_assert_int_eq(rdzv_cpus_from_cpu_max("800000 100000"), 8);
+    ck_assert_int_eq(rdzv_cpus_from_cpu_max("-1 100000"), 0);        /* cgroup v1: no quota */
+    ck_assert_int_eq(rdzv_cpus_from_cpu_max("100000 0"), 0);
+    ck_assert_int_eq(rdzv_cpus_from_cpu_max(""), 0);
+    ck_assert_int_eq(rdzv_cpus_from_cpu_max("garbage"), 0);
+    ck_assert_int_eq(rdzv_cpus_from_cpu_max(NULL), 0);
+}
+END_TEST
+
+START_TEST(test_usable_within_affinity)
+{
+    cpu_set_t set;
+    ck_assert_int_eq(sched_getaffinity(0, sizeof set, &set), 0);
+    int usable = rdzv_cpus_usable();
+    ck_assert_int_ge(usable, 1);
+    ck_assert_int_le(usable, CPU_COUNT(&set));
+    /* Narrow the mask to one CPU: the count follows. */
+    int first = 0;
+    while (!CPU_ISSET(first, &set))
+        first++;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof one, &one), 0);
+    ck_assert_int_eq(rdzv_cpus_usable(), 1);
+    ck_assert_int_eq(sched_setaffinity(0, sizeof set, &set), 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("cpus");
+    TCase *tc = tcase_create("cpus");
+    tcase_add_test(tc, test_cpu_max);
+    tcase_add_test(tc, test_usable_within_affinity);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_ENV);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
