@@ -31,6 +31,7 @@ typedef struct {
     bool insecure_bind_any;
     int io_threads;
     int shards;                  /* 0: as many as rdzvd picks */
+    int listeners;               /* 0: as many as rdzvd picks */
 } s_options_t;
 
 static void s_usage(FILE *out)
@@ -52,6 +53,8 @@ static void s_usage(FILE *out)
         "  --shards N               ROUTER sockets, each in its own thread on its own\n"
         "                           SO_REUSEPORT listener of the port (default: half the\n"
         "                           CPUs, 2 to 8; 1 for endpoints other than tcp://ADDR:PORT)\n"
+        "  --listeners N            SO_REUSEPORT listeners of the port, dealt to the shards\n"
+        "                           (default: 8, or the shards if more; at least --shards)\n"
         "  --io-threads N           ZeroMQ I/O threads (default: twice the shards, at most\n"
         "                           the CPUs)\n"
         "  --log-format text|json   one line per event, as text or a JSON object\n"
@@ -120,7 +123,7 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         { "log-format", required_argument, 0, 'f' }, { "io-threads", required_argument, 0, 'i' },
         { "max-groups", required_argument, 0, 'G' }, { "max-kv-mib", required_argument, 0, 'K' },
         { "max-waits", required_argument, 0, 'W' }, { "max-rps", required_argument, 0, 'P' },
-        { "shards", required_argument, 0, 'S' },
+        { "shards", required_argument, 0, 'S' }, { "listeners", required_argument, 0, 'Q' },
         { 0, 0, 0, 0 },
     };
     int c, dead_after = 15, compact_mib = 64, kv_mib = 64;
@@ -147,6 +150,7 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         case 'I': o->insecure_bind_any = true; break;
         case 'i': rc = s_int_arg("--io-threads", optarg, 1, 64, &o->io_threads); break;
         case 'S': rc = s_int_arg("--shards", optarg, 1, RDZV_MAX_SHARDS, &o->shards); break;
+        case 'Q': rc = s_int_arg("--listeners", optarg, 1, RDZV_MAX_LISTENERS, &o->listeners); break;
         case 'f':
             if (strcmp(optarg, "json") != 0 && strcmp(optarg, "text") != 0) {
                 fprintf(stderr, "rdzvd: --log-format must be text or json, not \"%s\"\n", optarg);
@@ -317,6 +321,10 @@ int main(int argc, char **argv)
         return 2;
     o.cfg.group_token = token;
     int shards = o.shards ? o.shards : s_default_shards(bind);
+    /* Listeners hold the connect burst (each queue is capped by somaxconn):
+     * at 16384 ranks here 2 listeners overflowed 634-2485 times, 8 never. */
+    int listeners = o.listeners ? o.listeners
+                    : !rdzv_listen_shardable(bind) ? 1 : shards > 8 ? shards : 8;
     int io_threads = o.io_threads ? o.io_threads
                      : 2 * shards < rdzv_cpus_usable() ? 2 * shards : rdzv_cpus_usable();
     zsys_set_io_threads((size_t) io_threads);
@@ -333,7 +341,7 @@ int main(int argc, char **argv)
         rdzv_http_destroy(&http);
         return 1;
     }
-    rdzv_server_t *server = rdzv_server_new(core, bind, shards, &o.security, err, sizeof err);
+    rdzv_server_t *server = rdzv_server_new(core, bind, shards, listeners, &o.security, err, sizeof err);
     if (!server) {
         fprintf(stderr, "rdzvd: %s\n", err);
         rdzv_core_destroy(&core);
@@ -344,9 +352,9 @@ int main(int argc, char **argv)
     rdzv_http_set_core(http, core);
     if (http)
         rdzv_core_log("http", "port=%d", rdzv_http_port(http));
-    rdzv_core_log("start", "version=%s endpoint=%s shards=%d io_threads=%d state=%s ports=[%d,%d) "
-                  "per_rank=%d nccl=%s", RDZV_VERSION, rdzv_server_endpoint(server), shards,
-                  io_threads, o.cfg.state_dir,
+    rdzv_core_log("start", "version=%s endpoint=%s shards=%d listeners=%d io_threads=%d state=%s "
+                  "ports=[%d,%d) per_rank=%d nccl=%s", RDZV_VERSION, rdzv_server_endpoint(server),
+                  shards, listeners, io_threads, o.cfg.state_dir,
                   o.cfg.port_base, o.cfg.port_limit, o.cfg.ports_per_rank,
                   o.cfg.nccl_helper ? o.cfg.nccl_helper : "none");
     if (o.endpoint_file)

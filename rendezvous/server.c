@@ -65,23 +65,25 @@ static zsock_t *s_router(zcert_t *cert)
  * open them itself, else libzmq binds the endpoint for a single shard. */
 static int s_bind(rdzv_server_t *self, const char *endpoint, char *err, size_t errlen)
 {
-    if (self->count == 1 && !rdzv_listen_shardable(endpoint)) {
+    if (self->listeners == 1 && !rdzv_listen_shardable(endpoint)) {
         if (zsock_bind(self->shards[0].router, "%s", endpoint) < 0) {
             snprintf(err, errlen, "cannot bind %s: %s", endpoint, zmq_strerror(zmq_errno()));
             return -1;
         }
         return 0;
     }
-    int fds[RDZV_MAX_SHARDS];
-    if (rdzv_listen_group(endpoint, self->count, fds, err, errlen) < 0)
+    int n = self->listeners, fds[RDZV_MAX_LISTENERS];
+    if (rdzv_listen_group(endpoint, n, fds, err, errlen) < 0)
         return -1;
-    for (int i = 0; i < self->count; i++) {
-        void *sock = zsock_resolve(self->shards[i].router);
-        /* libzmq takes the listening socket as it is and closes it later. */
+    for (int i = 0; i < n; i++) {
+        zsock_t *router = self->shards[i % self->count].router;
+        void *sock = zsock_resolve(router);
+        /* libzmq takes the listening socket as it is and closes it later;
+         * a ROUTER may hold several. */
         zmq_setsockopt(sock, ZMQ_USE_FD, &fds[i], sizeof fds[i]);
-        if (zsock_bind(self->shards[i].router, "%s", endpoint) < 0) {
+        if (zsock_bind(router, "%s", endpoint) < 0) {
             snprintf(err, errlen, "cannot serve %s: %s", endpoint, zmq_strerror(zmq_errno()));
-            for (int j = i; j < self->count; j++)
+            for (int j = i; j < n; j++)
                 close(fds[j]);
             return -1;
         }
@@ -89,7 +91,7 @@ static int s_bind(rdzv_server_t *self, const char *endpoint, char *err, size_t e
     return 0;
 }
 
-rdzv_server_t *rdzv_server_new(rdzv_core_t *core, const char *endpoint, int shards,
+rdzv_server_t *rdzv_server_new(rdzv_core_t *core, const char *endpoint, int shards, int listeners,
                                const rdzv_server_security_t *security,
                                char *err, size_t errlen)
 {
@@ -97,9 +99,13 @@ rdzv_server_t *rdzv_server_new(rdzv_core_t *core, const char *endpoint, int shar
         snprintf(err, errlen, "--shards must be in [1, %d]", RDZV_MAX_SHARDS);
         return NULL;
     }
-    if (shards > 1 && !rdzv_listen_shardable(endpoint)) {
-        snprintf(err, errlen, "--shards %d needs a tcp://ADDRESS:PORT endpoint, not %s",
-                 shards, endpoint);
+    if ((shards > 1 || listeners > 1) && !rdzv_listen_shardable(endpoint)) {
+        snprintf(err, errlen, "--shards %d and --listeners %d need a tcp://ADDRESS:PORT "
+                 "endpoint, not %s", shards, listeners, endpoint);
+        return NULL;
+    }
+    if (listeners < shards || listeners > RDZV_MAX_LISTENERS) {
+        snprintf(err, errlen, "--listeners must be in [--shards, %d]", RDZV_MAX_LISTENERS);
         return NULL;
     }
     rdzv_server_t *self = calloc(1, sizeof *self);
@@ -107,6 +113,7 @@ rdzv_server_t *rdzv_server_new(rdzv_core_t *core, const char *endpoint, int shar
         return NULL;
     self->core = core;
     self->count = shards;
+    self->listeners = listeners;
     self->shards = calloc((size_t) shards, sizeof *self->shards);
     zcert_t *cert = NULL;
     if (!self->shards || s_start_auth(self, security, &cert, err, errlen) < 0) {

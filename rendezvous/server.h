@@ -8,6 +8,7 @@
 #include "core.h"
 
 #define RDZV_MAX_SHARDS RDZV_METRIC_SHARDS
+#define RDZV_MAX_LISTENERS 64
 
 typedef struct rdzv_server rdzv_server_t;
 
@@ -19,8 +20,9 @@ typedef struct {
     const char *clients_dir;
 } rdzv_server_security_t;
 
-/* shards > 1 needs an endpoint rdzv_listen_shardable() accepts. */
-rdzv_server_t *rdzv_server_new(rdzv_core_t *core, const char *endpoint, int shards,
+/* shards > 1 or listeners > 1 needs an endpoint rdzv_listen_shardable()
+ * accepts; listeners (>= shards) are dealt to the shards in turn. */
+rdzv_server_t *rdzv_server_new(rdzv_core_t *core, const char *endpoint, int shards, int listeners,
                                const rdzv_server_security_t *security,
                                char *err, size_t errlen);
 void rdzv_server_destroy(rdzv_server_t **self_p);

@@ -38,6 +38,7 @@ struct rdzv_server {
     rdzv_core_t *core;
     rdzv_shard_t *shards;
     int count;
+    int listeners;               /* SO_REUSEPORT listeners, spread over the shards */
     zactor_t *auth;              /* ZAP handler checking client keys */
     char *endpoint;
     atomic_int stopping;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""rdzvd --shards on loopback: N SO_REUSEPORT listeners on one port, a group
+"""rdzvd --shards on loopback: SO_REUSEPORT listeners on one port, a group
 whose ranks came in on different shards answered in full (replies cross from
 the shard that completed the group to the shards owning the connections),
 /metrics counting requests per shard, a second rdzvd on the same port
@@ -16,6 +16,7 @@ import time
 import urllib.request
 
 SHARDS = 4
+LISTENERS = 6
 RANKS = 48
 
 
@@ -113,6 +114,7 @@ def main():
     epfile = os.path.join(tmp.name, "endpoint")
     log = open(os.path.join(tmp.name, "rdzvd.log"), "w")
     proc = subprocess.Popen([rdzvd, "--bind", endpoint, "--shards", str(SHARDS),
+                             "--listeners", str(LISTENERS),
                              "--endpoint-file", epfile, "--state-dir",
                              os.path.join(tmp.name, "state"), "--no-nccl",
                              "--http", f"127.0.0.1:{http_port}"],
@@ -120,7 +122,7 @@ def main():
     checks = []
     try:
         checks.append(("rdzvd starts with --shards %d" % SHARDS, wait_file(epfile, proc)))
-        checks.append(("%d listeners on the one port" % SHARDS, listeners(port) == SHARDS))
+        checks.append(("%d listeners on the one port" % LISTENERS, listeners(port) == LISTENERS))
 
         # Every rank its own process and connection, all at once.
         joins = [subprocess.Popen([rdzv, "join", "--server", endpoint, "--group", "g",
@@ -148,7 +150,7 @@ def main():
         checks.append(("a second rdzvd on the port is refused",
                        second.returncode != 0 and "Address already in use" in second.stderr))
         checks.append(("and the port still has only the first rdzvd's listeners",
-                       listeners(port) == SHARDS))
+                       listeners(port) == LISTENERS))
         status = subprocess.run([rdzv, "status", "--server", endpoint, "--group", "g"],
                                 capture_output=True, text=True, timeout=20)
         checks.append(("the first rdzvd still serves", status.returncode == 0
@@ -161,9 +163,15 @@ def main():
                        ipc.returncode != 0 and "tcp://ADDRESS:PORT" in ipc.stderr))
         bad = subprocess.run([rdzvd, "--shards", "0"], capture_output=True, text=True, timeout=20)
         checks.append(("--shards 0 is a usage error", bad.returncode == 2))
+        few = subprocess.run([rdzvd, "--bind", "tcp://127.0.0.1:0", "--shards", "4", "--listeners",
+                              "2", "--state-dir", os.path.join(tmp.name, "state4"), "--no-nccl"],
+                             capture_output=True, text=True, timeout=20)
+        checks.append(("fewer listeners than shards is refused",
+                       few.returncode != 0 and "--listeners" in few.stderr))
         if shutil.which("taskset"):
-            checks.append(("pinned to one CPU, rdzvd starts 1 shard and 1 I/O thread",
-                           "shards=1 io_threads=1" in start_line(rdzvd, tmp.name, ["taskset", "-c", "0"])))
+            checks.append(("pinned to one CPU, rdzvd starts 1 shard, 8 listeners, 1 I/O thread",
+                           "shards=1 listeners=8 io_threads=1"
+                           in start_line(rdzvd, tmp.name, ["taskset", "-c", "0"])))
         if have_ipv6_loopback():
             checks.append(("an IPv6 endpoint with 2 shards serves 4 ranks",
                            ipv6_group(rdzvd, rdzv, tmp.name)))
