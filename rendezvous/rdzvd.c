@@ -253,9 +253,8 @@ static int s_open_bind(const s_options_t *o, char *out, size_t outlen)
  * the 16-core device 8 shards beat 4, and 16 I/O threads beat 8, at 1024,
  * 4096 and 16384 ranks (docs/performance.md). With one CPU there is nothing
  * to spread. */
-static int s_default_shards(const char *endpoint)
+static int s_default_shards(const char *endpoint, int cpus)
 {
-    int cpus = rdzv_cpus_usable();
     if (!rdzv_listen_shardable(endpoint) || cpus < 2)
         return 1;
     int half = cpus / 2;
@@ -320,13 +319,14 @@ int main(int argc, char **argv)
         || (o.token_file && !(token = s_read_token(o.token_file))))
         return 2;
     o.cfg.group_token = token;
-    int shards = o.shards ? o.shards : s_default_shards(bind);
+    int cpus = rdzv_cpus_usable();
+    int shards = o.shards ? o.shards : s_default_shards(bind, cpus);
     /* Listeners hold the connect burst (each queue is capped by somaxconn):
      * at 16384 ranks here 2 listeners overflowed 634-2485 times, 8 never. */
     int listeners = o.listeners ? o.listeners
                     : !rdzv_listen_shardable(bind) ? 1 : shards > 8 ? shards : 8;
     int io_threads = o.io_threads ? o.io_threads
-                     : 2 * shards < rdzv_cpus_usable() ? 2 * shards : rdzv_cpus_usable();
+                     : 2 * shards < cpus ? 2 * shards : cpus;
     zsys_set_io_threads((size_t) io_threads);
     /* Up before the replay: /healthz answers and /readyz says 503 meanwhile. */
     rdzv_http_t *http = NULL;

@@ -61,8 +61,9 @@ static zsock_t *s_router(zcert_t *cert)
     return router;
 }
 
-/* Binds every shard's ROUTER: one SO_REUSEPORT listener each where rdzvd can
- * open them itself, else libzmq binds the endpoint for a single shard. */
+/* Binds the shards' ROUTERs: the SO_REUSEPORT listeners dealt to them in
+ * turn where rdzvd can open them itself, else libzmq binds the endpoint for
+ * a single shard. */
 static int s_bind(rdzv_server_t *self, const char *endpoint, char *err, size_t errlen)
 {
     if (self->listeners == 1 && !rdzv_listen_shardable(endpoint)) {

@@ -498,6 +498,12 @@ START_TEST(test_limits)
     }
     s_send(6, "{\"v\":1,\"op\":\"status\"}");
     ck_assert_str_eq(s_error(6), RDZV_E_LIMIT);
+    /* The same ROUTER identity on another shard is another connection. */
+    rdzv_peer_t other_shard = { .len = 1, .id = { 6 }, .shard = 1 };
+    const char *status = "{\"v\":1,\"op\":\"status\"}";
+    rdzv_core_handle(core, &other_shard, status, strlen(status), now);
+    s_collect();
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[6], "ok")));
     now += 1000;                                                   /* refilled */
     s_send(6, "{\"v\":1,\"op\":\"status\"}");
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[6], "ok")));
