@@ -8,6 +8,8 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -23,22 +25,31 @@ static __thread int s_busy;
 typedef struct {
     int level;
     int name;
+    int family;                /* 0: any; else only sockets of this family */
     bool buffer;               /* the kernel reports twice what was set */
 } s_option_t;
 
 /* Options a caller may have set before bind() that the handed-over socket
  * must carry too. SO_REUSEPORT is always on there (docs/agent.md). */
 static const s_option_t s_options[] = {
-    { SOL_SOCKET, SO_REUSEADDR, false },   { SOL_SOCKET, SO_KEEPALIVE, false },
-    { SOL_SOCKET, SO_RCVBUF, true },       { SOL_SOCKET, SO_SNDBUF, true },
-    { SOL_SOCKET, SO_PRIORITY, false },    { SOL_SOCKET, SO_OOBINLINE, false },
-    { SOL_SOCKET, SO_RCVLOWAT, false },    { IPPROTO_TCP, TCP_NODELAY, false },
-    { IPPROTO_TCP, TCP_KEEPIDLE, false },  { IPPROTO_TCP, TCP_KEEPINTVL, false },
-    { IPPROTO_TCP, TCP_KEEPCNT, false },   { IPPROTO_TCP, TCP_USER_TIMEOUT, false },
-    { IPPROTO_TCP, TCP_DEFER_ACCEPT, false }, { IPPROTO_TCP, TCP_FASTOPEN, false },
-    { IPPROTO_TCP, TCP_MAXSEG, false },    { IPPROTO_IP, IP_TOS, false },
-    { IPPROTO_IPV6, IPV6_TCLASS, false },
+    { SOL_SOCKET, SO_REUSEADDR, 0, false },   { SOL_SOCKET, SO_KEEPALIVE, 0, false },
+    { SOL_SOCKET, SO_RCVBUF, 0, true },       { SOL_SOCKET, SO_SNDBUF, 0, true },
+    { SOL_SOCKET, SO_PRIORITY, 0, false },    { SOL_SOCKET, SO_OOBINLINE, 0, false },
+    { SOL_SOCKET, SO_RCVLOWAT, 0, false },    { IPPROTO_TCP, TCP_NODELAY, 0, false },
+    { IPPROTO_TCP, TCP_KEEPIDLE, 0, false },  { IPPROTO_TCP, TCP_KEEPINTVL, 0, false },
+    { IPPROTO_TCP, TCP_KEEPCNT, 0, false },   { IPPROTO_TCP, TCP_USER_TIMEOUT, 0, false },
+    { IPPROTO_TCP, TCP_DEFER_ACCEPT, 0, false }, { IPPROTO_TCP, TCP_FASTOPEN, 0, false },
+    { IPPROTO_TCP, TCP_MAXSEG, 0, false },    { IPPROTO_IP, IP_TOS, AF_INET, false },
+    { IPPROTO_IPV6, IPV6_TCLASS, AF_INET6, false },
 };
+#define S_NOPTIONS (sizeof s_options / sizeof s_options[0])
+
+/* The agent makes every handed-over socket of a family the same way
+ * (agent_reserve.c), so their option values are read from the first one
+ * and kept: a probe then costs one getsockopt per option, not two. */
+static pthread_mutex_t s_passed_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic bool s_passed_known[2];
+static int s_passed_value[2][S_NOPTIONS];
 
 static int s_intopt(int fd, int level, int name)
 {
@@ -47,12 +58,30 @@ static int s_intopt(int fd, int level, int name)
     return getsockopt(fd, level, name, &v, &len) == 0 ? v : -1;
 }
 
-static void s_copy_options(int from, int to)
+static const int *s_passed_values(int to, int family)
 {
-    for (size_t i = 0; i < sizeof s_options / sizeof s_options[0]; i++) {
+    int f = family == AF_INET6;
+    if (!atomic_load_explicit(&s_passed_known[f], memory_order_acquire)) {
+        pthread_mutex_lock(&s_passed_lock);
+        if (!atomic_load_explicit(&s_passed_known[f], memory_order_relaxed)) {
+            for (size_t i = 0; i < S_NOPTIONS; i++)
+                s_passed_value[f][i] = s_intopt(to, s_options[i].level, s_options[i].name);
+            atomic_store_explicit(&s_passed_known[f], true, memory_order_release);
+        }
+        pthread_mutex_unlock(&s_passed_lock);
+    }
+    return s_passed_value[f];
+}
+
+static void s_copy_options(int from, int to, int family)
+{
+    const int *have = s_passed_values(to, family);
+    for (size_t i = 0; i < S_NOPTIONS; i++) {
         const s_option_t *o = &s_options[i];
-        int want = s_intopt(from, o->level, o->name), have = s_intopt(to, o->level, o->name);
-        if (want < 0 || have < 0 || want == have)
+        if (o->family && o->family != family)
+            continue;
+        int want = s_intopt(from, o->level, o->name);
+        if (want < 0 || have[i] < 0 || want == have[i])
             continue;
         int v = o->buffer ? want / 2 : want;
         setsockopt(to, o->level, o->name, &v, sizeof v);
@@ -104,12 +133,12 @@ static void s_describe(int fd, const struct sockaddr *addr, socklen_t len, rdzv_
 
 /* Puts the passed socket in place of the caller's fd with the caller's
  * descriptor flags, status flags and options. Returns 0 or an errno. */
-static int s_install(int fd, int passed)
+static int s_install(int fd, int passed, int family)
 {
     int fl = fcntl(fd, F_GETFL), fdfl = fcntl(fd, F_GETFD);
     if (fl < 0 || fdfl < 0)
         return errno;
-    s_copy_options(fd, passed);
+    s_copy_options(fd, passed, family);
     if (fcntl(passed, F_SETFL, fl) < 0)
         return errno;
     if (dup3(passed, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0) < 0)
@@ -177,7 +206,7 @@ static int s_managed_bind(int fd, const struct sockaddr *addr, socklen_t len,
             rdzv_shim_real()->close(passed);
         return rep.status != 0 ? rep.status : EADDRINUSE;
     }
-    int err = s_install(fd, passed);
+    int err = s_install(fd, passed, b->domain);
     rdzv_shim_real()->close(passed);
     /* Listeners and probes alike: the agent keeps a duplicate of each and
      * must hear when the process closes its own. */
