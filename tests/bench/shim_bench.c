@@ -50,6 +50,15 @@ static struct sockaddr_in s_addr(int port)
     return sa;
 }
 
+/* vLLM's probe binds the wildcard address; a port-0 bind to 127.0.0.1 is
+ * a listener letting the kernel choose, which passes through. */
+static struct sockaddr_in s_any(int port)
+{
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port) };
+    sa.sin_addr.s_addr = htonl(INADDR_ANY);
+    return sa;
+}
+
 /* A port outside any managed range: the kernel's choice (ephemeral range). */
 static int s_outside_port(void)
 {
@@ -144,7 +153,7 @@ static int s_managed(long n)
     /* Port-0 probes: the agent picks the first free plan port. */
     for (size_t i = 0; i < nzero; i++) {
         int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in sa = s_addr(0);
+        struct sockaddr_in sa = s_any(0);
         int64_t t = s_now_ns();
         int rc = bind(fd, (struct sockaddr *) &sa, sizeof sa);
         zero[i] = (double) (s_now_ns() - t) / 1e3;
