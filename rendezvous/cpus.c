@@ -89,3 +89,15 @@ int rdzv_cpus_usable(void)
         cpus = quota;
     return cpus > 0 ? (int) cpus : 1;
 }
+
+unsigned long long rdzv_io_affinity(int shard, int shards, int io_threads)
+{
+    if (shards < 1 || io_threads < 1 || shard < 0 || shard >= shards)
+        return 0;
+    if (io_threads <= shards)             /* fewer threads: shards share them */
+        return 1ULL << (shard % io_threads);
+    unsigned long long mask = 0;
+    for (int t = shard; t < io_threads && t < 64; t += shards)
+        mask |= 1ULL << t;
+    return mask;
+}

@@ -10,4 +10,9 @@ int rdzv_cpus_usable(void);
  * rounded up; 0 for "max" or text it cannot read. */
 int rdzv_cpus_from_cpu_max(const char *text);
 
+/* The ZMQ_AFFINITY mask of shard (of shards) when libzmq runs io_threads
+ * I/O threads: the threads dealt to the shards in turn, so each shard's
+ * connections live on threads of their own. */
+unsigned long long rdzv_io_affinity(int shard, int shards, int io_threads);
+
 #endif

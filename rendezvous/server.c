@@ -1,4 +1,5 @@
 #include "server.h"
+#include "cpus.h"
 #include "listen.h"
 #include "shard.h"
 #include "rdzv_proto.h"
@@ -122,8 +123,15 @@ rdzv_server_t *rdzv_server_new(rdzv_core_t *core, const char *endpoint, int shar
         return NULL;
     }
     int rc = 0;
+    int io_threads = zmq_ctx_get(zsys_init(), ZMQ_IO_THREADS);
     for (int i = 0; i < shards && rc == 0; i++) {
         zsock_t *router = s_router(cert);
+        /* Each shard's connections on I/O threads of its own: a release
+         * then hands its replies to a few threads kept busy rather than
+         * waking every thread for every shard. */
+        uint64_t affinity = rdzv_io_affinity(i, shards, io_threads);
+        if (router && shards > 1)
+            zmq_setsockopt(zsock_resolve(router), ZMQ_AFFINITY, &affinity, sizeof affinity);
         rc = router ? rdzv_shard_init(&self->shards[i], self, i, router) : -1;
         if (rc < 0)
             snprintf(err, errlen, "cannot create a ROUTER socket");

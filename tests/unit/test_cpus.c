@@ -21,6 +21,32 @@ START_TEST(test_cpu_max)
 }
 END_TEST
 
+START_TEST(test_io_affinity)
+{
+    /* Threads dealt in turn: 2 shards of 4 threads own {0,2} and {1,3}. */
+    ck_assert_uint_eq(rdzv_io_affinity(0, 2, 4), 0x5);
+    ck_assert_uint_eq(rdzv_io_affinity(1, 2, 4), 0xa);
+    /* 8 shards, 16 threads: every thread owned by exactly one shard. */
+    unsigned long long all = 0;
+    for (int s = 0; s < 8; s++) {
+        unsigned long long m = rdzv_io_affinity(s, 8, 16);
+        ck_assert_int_eq(__builtin_popcountll(m), 2);
+        ck_assert_uint_eq(all & m, 0);
+        all |= m;
+    }
+    ck_assert_uint_eq(all, 0xffff);
+    /* Fewer threads than shards: shards share, none is left without one. */
+    ck_assert_uint_eq(rdzv_io_affinity(0, 3, 2), 0x1);
+    ck_assert_uint_eq(rdzv_io_affinity(2, 3, 2), 0x1);
+    ck_assert_uint_eq(rdzv_io_affinity(1, 3, 2), 0x2);
+    ck_assert_uint_eq(rdzv_io_affinity(0, 1, 1), 0x1);
+    /* Uneven: 3 shards of 7 threads own {0,3,6} {1,4} {2,5}. */
+    ck_assert_uint_eq(rdzv_io_affinity(0, 3, 7), 0x49);
+    ck_assert_uint_eq(rdzv_io_affinity(2, 3, 7), 0x24);
+    ck_assert_uint_eq(rdzv_io_affinity(3, 3, 7), 0);
+}
+END_TEST
+
 START_TEST(test_usable_within_affinity)
 {
     cpu_set_t set;
@@ -46,6 +72,7 @@ int main(void)
     Suite *s = suite_create("cpus");
     TCase *tc = tcase_create("cpus");
     tcase_add_test(tc, test_cpu_max);
+    tcase_add_test(tc, test_io_affinity);
     tcase_add_test(tc, test_usable_within_affinity);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
