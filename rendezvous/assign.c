@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void s_reply_assignment(rdzv_core_t *self, rdzv_group_t *g, int rank,
+static void s_reply_assignment(rdzv_core_t *self, rdzv_group_t *g, int rank, int start,
                                const rdzv_peer_t *peer, bool with_members);
 
 static void s_refuse_waiters(rdzv_core_t *self, rdzv_group_t *g, const char *code,
@@ -66,7 +66,10 @@ static int s_layout_record(rdzv_core_t *self, const rdzv_group_t *g, const s_lay
     int rc = -1;
     if (ranks && starts) {
         cJSON_AddRawToObject(rec, "ranks", ranks);
-        cJSON_AddItemToObject(rec, "nodes", cJSON_CreateStringArray(l->nodes, l->n));
+        /* References, not copies: the members outlive the record. */
+        cJSON *nodes = cJSON_AddArrayToObject(rec, "nodes");
+        for (int i = 0; i < l->n; i++)
+            cJSON_AddItemToArray(nodes, cJSON_CreateStringReference(l->nodes[i]));
         cJSON_AddRawToObject(rec, "starts", starts);
         rc = rdzv_journal_append(self->journal, rec);
     }
@@ -77,28 +80,27 @@ static int s_layout_record(rdzv_core_t *self, const rdzv_group_t *g, const s_lay
 }
 
 /* Plans are laid out by rank, never by arrival, so they do not depend on
- * join order; a (group, rank, node) that had a block keeps it. */
-static int s_lay_out_plans(rdzv_core_t *self, rdzv_group_t *g)
+ * join order; a (group, rank, node) that had a block keeps it. starts[r]
+ * gets rank r's first port. */
+static int s_lay_out_plans(rdzv_core_t *self, rdzv_group_t *g, int *starts)
 {
-    int k = rdzv_plans_ports_per_rank(self->plans);
     size_t w = (size_t) g->world;
     s_layout_t l = { .ranks = malloc(w * sizeof *l.ranks), .starts = malloc(w * sizeof *l.starts),
                      .nodes = malloc(w * sizeof *l.nodes) };
     const char *code = l.ranks && l.starts && l.nodes ? NULL : RDZV_E_INTERNAL;
     for (int r = 0; !code && r < g->world; r++) {
         const rdzv_member_t *m = g->members[r];
-        if (rdzv_plans_find(self->plans, m->node, g->name, r) >= 0)
-            continue;
-        int start = rdzv_plans_first_free(self->plans, m->node);
-        if (start < 0) {
+        bool placed = false;
+        starts[r] = rdzv_plans_place(self->plans, m->node, g->name, r, &placed);
+        if (starts[r] == -1) {
             rdzv_core_log("refuse", "code=ports_exhausted group=%s rank=%d node=%s",
                           g->name, r, m->node);
             code = RDZV_E_PORTS_EXHAUSTED;
-        } else if (rdzv_plans_record(self->plans, m->node, g->name, r, start, k) < 0) {
+        } else if (starts[r] < 0) {
             code = RDZV_E_INTERNAL;
-        } else {
+        } else if (placed) {
             l.ranks[l.n] = r;
-            l.starts[l.n] = start;
+            l.starts[l.n] = starts[r];
             l.nodes[l.n++] = m->node;
         }
     }
@@ -146,8 +148,15 @@ static int s_make_nccl_ids(rdzv_core_t *self, rdzv_group_t *g, cJSON **ids)
 void rdzv_group_release(rdzv_core_t *self, rdzv_group_t *g)
 {
     cJSON *ids = NULL;
-    if (s_lay_out_plans(self, g) < 0 || s_make_nccl_ids(self, g, &ids) != 0)
+    int *starts = malloc((size_t) g->world * sizeof *starts);
+    if (!starts) {
+        s_refuse_waiters(self, g, RDZV_E_INTERNAL, "out of memory");
         return;
+    }
+    if (s_lay_out_plans(self, g, starts) < 0 || s_make_nccl_ids(self, g, &ids) != 0) {
+        free(starts);
+        return;
+    }
     cJSON *rec = cJSON_CreateObject();
     cJSON_AddStringToObject(rec, "t", "complete");
     cJSON_AddStringToObject(rec, "g", g->name);
@@ -156,21 +165,24 @@ void rdzv_group_release(rdzv_core_t *self, rdzv_group_t *g)
     if (rdzv_core_record(self, rec) < 0) {
         rdzv_ncclroot_destroy(&g->root);
         s_refuse_waiters(self, g, RDZV_E_INTERNAL, "cannot record the assignment");
+        free(starts);
         return;
     }
     rdzv_core_log("assign", "group=%s epoch=%lld world=%d master=%s",
                   g->name, (long long) g->epoch, g->world, g->members[0]->host);
+    rdzv_core_reserve_replies(self, (size_t) g->waiting);
     for (int r = 0; r < g->world; r++) {
         rdzv_member_t *m = g->members[r];
         if (!m->waiting)
             continue;
         m->waiting = false;
-        s_reply_assignment(self, g, r, &m->peer, m->want_members);
+        s_reply_assignment(self, g, r, starts[r], &m->peer, m->want_members);
         self->metrics.assignments++;
         rdzv_histogram_observe(&self->metrics.join_latency,
                                (double) (self->now_ms - m->joined_at_ms) / 1000.0);
     }
     g->waiting = 0;
+    free(starts);
 }
 
 int rdzv_group_next_epoch(rdzv_core_t *self, rdzv_group_t *g, const char *why)
@@ -265,7 +277,7 @@ static rdzv_shared_t *s_shared(rdzv_core_t *self, rdzv_group_t *g, bool with_mem
 
 /* Queues rank's assignment by its parts; the shard that sends it formats
  * it (reply.c). Per rank only the rank and its ports differ. */
-static void s_reply_assignment(rdzv_core_t *self, rdzv_group_t *g, int rank,
+static void s_reply_assignment(rdzv_core_t *self, rdzv_group_t *g, int rank, int start,
                                const rdzv_peer_t *peer, bool with_members)
 {
     rdzv_shared_t *shared = s_shared(self, g, with_members);
@@ -273,7 +285,7 @@ static void s_reply_assignment(rdzv_core_t *self, rdzv_group_t *g, int rank,
         rdzv_core_error(self, peer, RDZV_E_INTERNAL, "out of memory");
         return;
     }
-    rdzv_core_reply_assignment(self, peer, shared, rank, s_port_start(self, g, rank),
+    rdzv_core_reply_assignment(self, peer, shared, rank, start,
                                rdzv_plans_ports_per_rank(self->plans));
 }
 

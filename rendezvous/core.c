@@ -199,6 +199,18 @@ void rdzv_core_destroy(rdzv_core_t **self_p)
     *self_p = NULL;
 }
 
+void rdzv_core_reserve_replies(rdzv_core_t *self, size_t more)
+{
+    size_t want = self->out_len + more;
+    if (want <= self->out_cap)
+        return;
+    rdzv_reply_t *grown = realloc(self->outbox, want * sizeof *grown);
+    if (grown) {
+        self->outbox = grown;
+        self->out_cap = want;
+    }
+}
+
 /* Takes reply over (cleared if it cannot be queued). */
 static void s_push(rdzv_core_t *self, rdzv_reply_t reply)
 {

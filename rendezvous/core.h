@@ -132,6 +132,9 @@ int rdzv_core_commit(rdzv_core_t *self);
 int rdzv_core_pending(rdzv_core_t *self);
 /* Rewrites the journal as the records of the current state (compact.c). */
 int rdzv_core_compact(rdzv_core_t *self);
+/* Room for more replies in the outbox at once: a release of N ranks
+ * then grows it once, not by doublings. */
+void rdzv_core_reserve_replies(rdzv_core_t *self, size_t more);
 /* Takes the outbox, every reply formatted (text NULL only when out of
  * memory); the caller sends and clears each reply, then frees the array. */
 rdzv_reply_t *rdzv_core_take_outbox(rdzv_core_t *self, size_t *count);

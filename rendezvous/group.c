@@ -56,7 +56,7 @@ static int s_apply_group(rdzv_core_t *self, const cJSON *rec, const char *name)
     return 0;
 }
 
-static int s_apply_join(rdzv_group_t *g, const cJSON *rec)
+static int s_apply_join(rdzv_core_t *self, rdzv_group_t *g, const cJSON *rec)
 {
     int64_t rank, epoch;
     const char *host = s_str(rec, "host"), *node = s_str(rec, "node");
@@ -71,8 +71,10 @@ static int s_apply_join(rdzv_group_t *g, const cJSON *rec)
             return -1;
         g->members[rank] = m;
     }
+    /* The node's plan entry now, while ranks trickle in, rather than all
+     * of them in the release the last rank waits for. */
     if (s_set(&m->host, host) < 0 || s_set(&m->node, node) < 0
-        || s_set(&m->session, session) < 0)
+        || s_set(&m->session, session) < 0 || rdzv_plans_add_node(self->plans, node) < 0)
         return -1;
     if (epoch == g->epoch && m->epoch < epoch)
         g->joined++;
@@ -195,7 +197,7 @@ int rdzv_core_apply(void *arg, const cJSON *rec)
     if (!g)
         return -1;
     if (strcmp(type, "join") == 0)
-        return s_apply_join(g, rec);
+        return s_apply_join(self, g, rec);
     if (strcmp(type, "epoch") == 0)
         return s_apply_epoch(g, rec);
     if (strcmp(type, "complete") == 0)

@@ -74,9 +74,9 @@ int rdzv_plans_find(const rdzv_plans_t *self, const char *node,
     return -1;
 }
 
-int rdzv_plans_first_free(const rdzv_plans_t *self, const char *node)
+/* The lowest free block of node n (NULL: no blocks yet), or -1. */
+static int s_first_free(const rdzv_plans_t *self, const s_node_t *n)
 {
-    s_node_t *n = zhashx_lookup(self->nodes, node);
     int candidate = self->base;
     for (size_t i = 0; n && i < n->n; i++) {
         const s_block_t *b = &n->blocks[i];
@@ -92,6 +92,11 @@ int rdzv_plans_first_free(const rdzv_plans_t *self, const char *node)
     return candidate + self->per_rank <= self->limit ? candidate : -1;
 }
 
+int rdzv_plans_first_free(const rdzv_plans_t *self, const char *node)
+{
+    return s_first_free(self, zhashx_lookup(self->nodes, node));
+}
+
 static s_node_t *s_node_require(rdzv_plans_t *self, const char *node)
 {
     s_node_t *n = zhashx_lookup(self->nodes, node);
@@ -103,13 +108,10 @@ static s_node_t *s_node_require(rdzv_plans_t *self, const char *node)
     return n;
 }
 
-int rdzv_plans_record(rdzv_plans_t *self, const char *node, const char *group,
-                      int rank, int start, int count)
+static int s_insert(rdzv_plans_t *self, s_node_t *n, const char *group, int rank,
+                    int start, int count)
 {
     if (start < self->base || count <= 0 || start + count > self->limit)
-        return -1;
-    s_node_t *n = s_node_require(self, node);
-    if (!n)
         return -1;
     size_t at = 0;
     for (; at < n->n && n->blocks[at].start < start; at++)
@@ -133,6 +135,37 @@ int rdzv_plans_record(rdzv_plans_t *self, const char *node, const char *group,
     n->blocks[at] = (s_block_t) { .start = start, .count = count, .rank = rank, .group = owner };
     n->n++;
     return 0;
+}
+
+int rdzv_plans_add_node(rdzv_plans_t *self, const char *node)
+{
+    return s_node_require(self, node) ? 0 : -1;
+}
+
+int rdzv_plans_record(rdzv_plans_t *self, const char *node, const char *group,
+                      int rank, int start, int count)
+{
+    s_node_t *n = s_node_require(self, node);
+    return n ? s_insert(self, n, group, rank, start, count) : -1;
+}
+
+int rdzv_plans_place(rdzv_plans_t *self, const char *node, const char *group, int rank,
+                     bool *placed)
+{
+    *placed = false;
+    s_node_t *n = s_node_require(self, node);
+    if (!n)
+        return -2;
+    for (size_t i = 0; i < n->n; i++)
+        if (n->blocks[i].rank == rank && streq(n->blocks[i].group, group))
+            return n->blocks[i].start;
+    int start = s_first_free(self, n);
+    if (start < 0)
+        return -1;
+    if (s_insert(self, n, group, rank, start, self->per_rank) < 0)
+        return -2;
+    *placed = true;
+    return start;
 }
 
 int rdzv_plans_release_group(rdzv_plans_t *self, const char *group)

@@ -66,6 +66,31 @@ START_TEST(test_find_by_owner)
 }
 END_TEST
 
+START_TEST(test_place_keeps_or_takes_lowest)
+{
+    bool placed = false;
+    /* A known node without blocks: placing takes the first block. */
+    ck_assert_int_eq(rdzv_plans_add_node(plans, "n0"), 0);
+    ck_assert_int_eq(rdzv_plans_count(plans, "n0"), 0);
+    ck_assert_int_eq(rdzv_plans_place(plans, "n0", "g", 1, &placed), 19500);
+    ck_assert(placed);
+    /* The same (group, rank) keeps its block and records nothing new. */
+    ck_assert_int_eq(rdzv_plans_place(plans, "n0", "g", 1, &placed), 19500);
+    ck_assert(!placed);
+    ck_assert_int_eq(rdzv_plans_count(plans, "n0"), 1);
+    /* Another owner gets the next block, in a gap first. */
+    ck_assert_int_eq(rdzv_plans_record(plans, "n0", "h", 0, 19564, 32), 0);
+    ck_assert_int_eq(rdzv_plans_place(plans, "n0", "g", 2, &placed), 19532);
+    ck_assert_int_eq(rdzv_plans_place(plans, "n0", "g", 3, &placed), 19596);
+    ck_assert_int_eq(rdzv_plans_find(plans, "n0", "g", 3), 19596);
+    /* Full: -1 and nothing recorded; other nodes are separate. */
+    ck_assert_int_eq(rdzv_plans_place(plans, "n0", "g", 4, &placed), -1);
+    ck_assert(!placed);
+    ck_assert_int_eq(rdzv_plans_count(plans, "n0"), 4);
+    ck_assert_int_eq(rdzv_plans_place(plans, "n1", "g", 4, &placed), 19500);
+}
+END_TEST
+
 START_TEST(test_unaligned_block_skipped_to_grid)
 {
     /* A block written under other settings: the next one starts on the grid. */
@@ -86,6 +111,7 @@ int main(void)
     tcase_add_test(tc, test_exhausted);
     tcase_add_test(tc, test_find_by_owner);
     tcase_add_test(tc, test_unaligned_block_skipped_to_grid);
+    tcase_add_test(tc, test_place_keeps_or_takes_lowest);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_ENV);
