@@ -91,7 +91,7 @@ static int s_lay_out_plans(rdzv_core_t *self, rdzv_group_t *g, int *starts)
     for (int r = 0; !code && r < g->world; r++) {
         const rdzv_member_t *m = g->members[r];
         bool placed = false;
-        starts[r] = rdzv_plans_place(self->plans, m->node, g->name, r, &placed);
+        starts[r] = rdzv_plans_place(self->plans, m->plan_node, g->name, r, &placed);
         if (starts[r] == -1) {
             rdzv_core_log("refuse", "code=ports_exhausted group=%s rank=%d node=%s",
                           g->name, r, m->node);

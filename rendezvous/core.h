@@ -45,6 +45,7 @@ int rdzv_nccl_mode_parse(const char *name, rdzv_nccl_mode_t *out);
 
 typedef struct {
     char *session, *host, *node;
+    rdzv_plan_node_t *plan_node; /* node's entry in the plans */
     int64_t epoch;               /* last epoch this rank joined; 0: none */
     int64_t last_seen_ms;
     int64_t joined_at_ms;        /* when this rank joined the forming epoch */

@@ -74,7 +74,8 @@ static int s_apply_join(rdzv_core_t *self, rdzv_group_t *g, const cJSON *rec)
     /* The node's plan entry now, while ranks trickle in, rather than all
      * of them in the release the last rank waits for. */
     if (s_set(&m->host, host) < 0 || s_set(&m->node, node) < 0
-        || s_set(&m->session, session) < 0 || rdzv_plans_add_node(self->plans, node) < 0)
+        || s_set(&m->session, session) < 0
+        || !(m->plan_node = rdzv_plans_node(self->plans, node)))
         return -1;
     if (epoch == g->epoch && m->epoch < epoch)
         g->joined++;

@@ -4,22 +4,35 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A group's name, shared by all its blocks: a release of N ranks then
+ * copies the name once, not N times. */
+typedef struct {
+    int refs;
+    char name[];
+} s_name_t;
+
 typedef struct {
     int start;
     int count;
     int rank;
-    char *group;
+    s_name_t *group;
 } s_block_t;
 
 /* One node's blocks, kept sorted by start so a first-fit scan is one pass. */
-typedef struct {
+struct rdzv_plan_node {
     s_block_t *blocks;
     size_t n, cap;
-} s_node_t;
+};
+typedef rdzv_plan_node_t s_node_t;
+
+/* Room a new node gets for blocks: most nodes hold one rank's. */
+#define S_NODE_SLOTS 2
 
 struct rdzv_plans {
     int base, per_rank, limit;
     zhashx_t *nodes;            /* node name -> s_node_t */
+    zhashx_t *names;            /* group name -> s_name_t */
+    s_name_t *last;             /* the name used last: a release asks for it N times */
 };
 
 static void s_node_destroy(void **item)
@@ -27,10 +40,41 @@ static void s_node_destroy(void **item)
     s_node_t *node = *item;
     if (!node)
         return;
-    for (size_t i = 0; i < node->n; i++)
-        free(node->blocks[i].group);
     free(node->blocks);
     free(node);
+    *item = NULL;
+}
+
+static s_name_t *s_name_ref(rdzv_plans_t *self, const char *group)
+{
+    s_name_t *g = self->last && streq(self->last->name, group) ? self->last
+                                                              : zhashx_lookup(self->names, group);
+    if (!g) {
+        size_t len = strlen(group);
+        g = malloc(sizeof *g + len + 1);
+        if (!g)
+            return NULL;
+        g->refs = 0;
+        memcpy(g->name, group, len + 1);
+        zhashx_insert(self->names, group, g);
+    }
+    g->refs++;
+    self->last = g;
+    return g;
+}
+
+static void s_name_unref(rdzv_plans_t *self, s_name_t *g)
+{
+    if (--g->refs > 0)
+        return;
+    if (self->last == g)
+        self->last = NULL;
+    zhashx_delete(self->names, g->name);      /* frees g (destructor) */
+}
+
+static void s_name_destroy(void **item)
+{
+    free(*item);
     *item = NULL;
 }
 
@@ -46,7 +90,9 @@ rdzv_plans_t *rdzv_plans_new(int port_base, int ports_per_rank, int port_limit)
     self->per_rank = ports_per_rank;
     self->limit = port_limit;
     self->nodes = zhashx_new();
+    self->names = zhashx_new();
     zhashx_set_destructor(self->nodes, s_node_destroy);
+    zhashx_set_destructor(self->names, s_name_destroy);
     return self;
 }
 
@@ -55,6 +101,7 @@ void rdzv_plans_destroy(rdzv_plans_t **self_p)
     if (!self_p || !*self_p)
         return;
     zhashx_destroy(&(*self_p)->nodes);
+    zhashx_destroy(&(*self_p)->names);
     free(*self_p);
     *self_p = NULL;
 }
@@ -69,7 +116,7 @@ int rdzv_plans_find(const rdzv_plans_t *self, const char *node,
 {
     s_node_t *n = zhashx_lookup(self->nodes, node);
     for (size_t i = 0; n && i < n->n; i++)
-        if (n->blocks[i].rank == rank && streq(n->blocks[i].group, group))
+        if (n->blocks[i].rank == rank && streq(n->blocks[i].group->name, group))
             return n->blocks[i].start;
     return -1;
 }
@@ -102,8 +149,11 @@ static s_node_t *s_node_require(rdzv_plans_t *self, const char *node)
     s_node_t *n = zhashx_lookup(self->nodes, node);
     if (!n) {
         n = calloc(1, sizeof *n);
-        if (n)
-            zhashx_insert(self->nodes, node, n);
+        if (!n)
+            return NULL;
+        n->blocks = malloc(S_NODE_SLOTS * sizeof *n->blocks);
+        n->cap = n->blocks ? S_NODE_SLOTS : 0;
+        zhashx_insert(self->nodes, node, n);
     }
     return n;
 }
@@ -128,7 +178,7 @@ static int s_insert(rdzv_plans_t *self, s_node_t *n, const char *group, int rank
         n->blocks = grown;
         n->cap = cap;
     }
-    char *owner = strdup(group);
+    s_name_t *owner = s_name_ref(self, group);
     if (!owner)
         return -1;
     memmove(&n->blocks[at + 1], &n->blocks[at], (n->n - at) * sizeof *n->blocks);
@@ -137,9 +187,9 @@ static int s_insert(rdzv_plans_t *self, s_node_t *n, const char *group, int rank
     return 0;
 }
 
-int rdzv_plans_add_node(rdzv_plans_t *self, const char *node)
+rdzv_plan_node_t *rdzv_plans_node(rdzv_plans_t *self, const char *node)
 {
-    return s_node_require(self, node) ? 0 : -1;
+    return s_node_require(self, node);
 }
 
 int rdzv_plans_record(rdzv_plans_t *self, const char *node, const char *group,
@@ -149,15 +199,12 @@ int rdzv_plans_record(rdzv_plans_t *self, const char *node, const char *group,
     return n ? s_insert(self, n, group, rank, start, count) : -1;
 }
 
-int rdzv_plans_place(rdzv_plans_t *self, const char *node, const char *group, int rank,
+int rdzv_plans_place(rdzv_plans_t *self, rdzv_plan_node_t *n, const char *group, int rank,
                      bool *placed)
 {
     *placed = false;
-    s_node_t *n = s_node_require(self, node);
-    if (!n)
-        return -2;
     for (size_t i = 0; i < n->n; i++)
-        if (n->blocks[i].rank == rank && streq(n->blocks[i].group, group))
+        if (n->blocks[i].rank == rank && streq(n->blocks[i].group->name, group))
             return n->blocks[i].start;
     int start = s_first_free(self, n);
     if (start < 0)
@@ -174,8 +221,8 @@ int rdzv_plans_release_group(rdzv_plans_t *self, const char *group)
     for (s_node_t *n = zhashx_first(self->nodes); n; n = zhashx_next(self->nodes)) {
         size_t kept = 0;
         for (size_t i = 0; i < n->n; i++) {
-            if (streq(n->blocks[i].group, group)) {
-                free(n->blocks[i].group);
+            if (streq(n->blocks[i].group->name, group)) {
+                s_name_unref(self, n->blocks[i].group);
                 released++;
             } else
                 n->blocks[kept++] = n->blocks[i];
@@ -189,8 +236,8 @@ void rdzv_plans_forget(rdzv_plans_t *self, const char *node, const char *group, 
 {
     s_node_t *n = zhashx_lookup(self->nodes, node);
     for (size_t i = 0; n && i < n->n; i++) {
-        if (n->blocks[i].rank == rank && streq(n->blocks[i].group, group)) {
-            free(n->blocks[i].group);
+        if (n->blocks[i].rank == rank && streq(n->blocks[i].group->name, group)) {
+            s_name_unref(self, n->blocks[i].group);
             memmove(&n->blocks[i], &n->blocks[i + 1], (n->n - i - 1) * sizeof *n->blocks);
             n->n--;
             return;
@@ -204,7 +251,7 @@ void rdzv_plans_foreach(const rdzv_plans_t *self, const char *group, rdzv_plans_
     for (const char *name = zlistx_first(names); name; name = zlistx_next(names)) {
         const s_node_t *n = zhashx_lookup(self->nodes, name);
         for (size_t i = 0; i < n->n; i++)
-            if (streq(n->blocks[i].group, group))
+            if (streq(n->blocks[i].group->name, group))
                 fn(arg, name, n->blocks[i].rank, n->blocks[i].start, n->blocks[i].count);
     }
     zlistx_destroy(&names);

@@ -7,14 +7,17 @@
 #include <stdbool.h>
 
 typedef struct rdzv_plans rdzv_plans_t;
+/* One node's entry: made once, kept as long as the plans. */
+typedef struct rdzv_plan_node rdzv_plan_node_t;
 
 rdzv_plans_t *rdzv_plans_new(int port_base, int ports_per_rank, int port_limit);
 void rdzv_plans_destroy(rdzv_plans_t **self_p);
 
 int rdzv_plans_ports_per_rank(const rdzv_plans_t *self);
 
-/* Makes node known without giving it a block (0, or -1 out of memory). */
-int rdzv_plans_add_node(rdzv_plans_t *self, const char *node);
+/* node's entry, made (without blocks) if new; NULL out of memory. Ranks
+ * keep it from their join, so a release looks up no node by name. */
+rdzv_plan_node_t *rdzv_plans_node(rdzv_plans_t *self, const char *node);
 /* Start of the block recorded for (group, rank, node), or -1. */
 int rdzv_plans_find(const rdzv_plans_t *self, const char *node,
                     const char *group, int rank);
@@ -27,10 +30,9 @@ int rdzv_plans_first_free(const rdzv_plans_t *self, const char *node);
 int rdzv_plans_record(rdzv_plans_t *self, const char *node, const char *group,
                       int rank, int start, int count);
 /* The block of (group, rank) on node: the one recorded, else the lowest
- * free one, recorded now (*placed true). One lookup of the node where
- * find, first_free and record take three. Start, -1 if no block is free,
+ * free one, recorded now (*placed true). Start, -1 if no block is free,
  * -2 out of memory. */
-int rdzv_plans_place(rdzv_plans_t *self, const char *node, const char *group, int rank,
+int rdzv_plans_place(rdzv_plans_t *self, rdzv_plan_node_t *node, const char *group, int rank,
                      bool *placed);
 /* Frees every block of group on every node; returns how many. */
 int rdzv_plans_release_group(rdzv_plans_t *self, const char *group);

@@ -70,24 +70,36 @@ START_TEST(test_place_keeps_or_takes_lowest)
 {
     bool placed = false;
     /* A known node without blocks: placing takes the first block. */
-    ck_assert_int_eq(rdzv_plans_add_node(plans, "n0"), 0);
+    rdzv_plan_node_t *n0 = rdzv_plans_node(plans, "n0");
+    ck_assert_ptr_nonnull(n0);
+    ck_assert_ptr_eq(rdzv_plans_node(plans, "n0"), n0);
     ck_assert_int_eq(rdzv_plans_count(plans, "n0"), 0);
-    ck_assert_int_eq(rdzv_plans_place(plans, "n0", "g", 1, &placed), 19500);
+    ck_assert_int_eq(rdzv_plans_place(plans, n0, "g", 1, &placed), 19500);
     ck_assert(placed);
     /* The same (group, rank) keeps its block and records nothing new. */
-    ck_assert_int_eq(rdzv_plans_place(plans, "n0", "g", 1, &placed), 19500);
+    ck_assert_int_eq(rdzv_plans_place(plans, n0, "g", 1, &placed), 19500);
     ck_assert(!placed);
     ck_assert_int_eq(rdzv_plans_count(plans, "n0"), 1);
     /* Another owner gets the next block, in a gap first. */
     ck_assert_int_eq(rdzv_plans_record(plans, "n0", "h", 0, 19564, 32), 0);
-    ck_assert_int_eq(rdzv_plans_place(plans, "n0", "g", 2, &placed), 19532);
-    ck_assert_int_eq(rdzv_plans_place(plans, "n0", "g", 3, &placed), 19596);
+    ck_assert_int_eq(rdzv_plans_place(plans, n0, "g", 2, &placed), 19532);
+    ck_assert_int_eq(rdzv_plans_place(plans, n0, "g", 3, &placed), 19596);
     ck_assert_int_eq(rdzv_plans_find(plans, "n0", "g", 3), 19596);
     /* Full: -1 and nothing recorded; other nodes are separate. */
-    ck_assert_int_eq(rdzv_plans_place(plans, "n0", "g", 4, &placed), -1);
+    ck_assert_int_eq(rdzv_plans_place(plans, n0, "g", 4, &placed), -1);
     ck_assert(!placed);
     ck_assert_int_eq(rdzv_plans_count(plans, "n0"), 4);
-    ck_assert_int_eq(rdzv_plans_place(plans, "n1", "g", 4, &placed), 19500);
+    ck_assert_int_eq(rdzv_plans_place(plans, rdzv_plans_node(plans, "n1"), "g", 4, &placed), 19500);
+    /* Blocks share their group's name: releasing one group keeps the
+     * other's, and a name dropped and made again still matches. */
+    ck_assert_int_eq(rdzv_plans_release_group(plans, "g"), 4);
+    ck_assert_int_eq(rdzv_plans_find(plans, "n0", "h", 0), 19564);
+    ck_assert_int_eq(rdzv_plans_place(plans, n0, "g", 1, &placed), 19500);
+    ck_assert(placed);
+    rdzv_plans_forget(plans, "n0", "h", 0);
+    ck_assert_int_eq(rdzv_plans_find(plans, "n0", "h", 0), -1);
+    ck_assert_int_eq(rdzv_plans_record(plans, "n0", "h", 0, 19532, 32), 0);
+    ck_assert_int_eq(rdzv_plans_find(plans, "n0", "h", 0), 19532);
 }
 END_TEST
 
