@@ -297,6 +297,11 @@ int main(int argc, char **argv)
      * 64 MiB at a time instead of a page range at a time took 12 % off
      * rdzvd's CPU per rank on the device. Untouched pages cost no RSS. */
     mallopt(M_TOP_PAD, 64 << 20);
+    /* A release's outbox (~330 bytes per rank) and the journal's buffer
+     * would each be a fresh mmap and munmap past glibc's fixed 128 KiB
+     * threshold (fixed once M_TOP_PAD is set): page faults on every
+     * release and a TLB shoot-down across every thread when it goes. */
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);
     s_options_t o = {
         .cfg = { .port_base = RDZV_DEFAULT_PORT_BASE, .ports_per_rank = RDZV_DEFAULT_PORTS_PER_RANK,
                  .port_limit = RDZV_DEFAULT_PORT_LIMIT, .max_world = RDZV_DEFAULT_MAX_WORLD,
