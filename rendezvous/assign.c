@@ -41,6 +41,33 @@ static char *s_int_array_json(const int *v, int n)
     return text;
 }
 
+/* Strings as a JSON array for cJSON_AddRawToObject: cJSON escapes each
+ * into place (cJSON_PrintPreallocated) instead of building and freeing an
+ * item per string. An escaped byte takes at most 6. */
+static char *s_string_array_json(const char *const *v, int n)
+{
+    size_t cap = 3;
+    for (int i = 0; i < n; i++)
+        cap += 6 * strlen(v[i]) + 8;
+    char *text = malloc(cap);
+    if (!text)
+        return NULL;
+    char *p = text;
+    *p++ = '[';
+    for (int i = 0; i < n; i++) {
+        if (i)
+            *p++ = ',';
+        cJSON item = { .type = cJSON_String | cJSON_IsReference, .valuestring = (char *) v[i] };
+        if (!cJSON_PrintPreallocated(&item, p, (int) (cap - (size_t) (p - text) - 2), false)) {
+            free(text);
+            return NULL;
+        }
+        p += strlen(p);
+    }
+    memcpy(p, "]", 2);
+    return text;
+}
+
 typedef struct {
     int *ranks, *starts;
     const char **nodes;
@@ -63,18 +90,17 @@ static int s_layout_record(rdzv_core_t *self, const rdzv_group_t *g, const s_lay
     cJSON_AddStringToObject(rec, "g", g->name);
     cJSON_AddNumberToObject(rec, "count", rdzv_plans_ports_per_rank(self->plans));
     char *ranks = s_int_array_json(l->ranks, l->n), *starts = s_int_array_json(l->starts, l->n);
+    char *nodes = s_string_array_json(l->nodes, l->n);
     int rc = -1;
-    if (ranks && starts) {
+    if (ranks && starts && nodes) {
         cJSON_AddRawToObject(rec, "ranks", ranks);
-        /* References, not copies: the members outlive the record. */
-        cJSON *nodes = cJSON_AddArrayToObject(rec, "nodes");
-        for (int i = 0; i < l->n; i++)
-            cJSON_AddItemToArray(nodes, cJSON_CreateStringReference(l->nodes[i]));
+        cJSON_AddRawToObject(rec, "nodes", nodes);
         cJSON_AddRawToObject(rec, "starts", starts);
         rc = rdzv_journal_append(self->journal, rec);
     }
     free(ranks);
     free(starts);
+    free(nodes);
     cJSON_Delete(rec);
     return rc;
 }

@@ -472,6 +472,32 @@ START_TEST(test_plans_record)
 }
 END_TEST
 
+/* Node names are free text: the "plans" record must carry quotes,
+ * backslashes and UTF-8 through the journal unchanged. */
+START_TEST(test_plans_record_escapes_node_names)
+{
+    /* JSON text of the names; the names are q"u\o and p\xc3\xb6d. */
+    s_join(0, "g", 4, 0, "q\\\"u\\\\o", "s");
+    s_join(1, "g", 4, 1, "q\\\"u\\\\o", "s");
+    s_join(2, "g", 4, 2, "p\xc3\xb6" "d", "s");
+    s_join(3, "g", 4, 3, "p\xc3\xb6" "d", "s");
+    ck_assert_int_eq(s_field(s_assignment(1), "master_port"), 19500);
+    char *before = cJSON_PrintUnformatted(s_assignment(3));
+    s_clear_replies();
+    rdzv_core_destroy(&core);
+    s_open();
+    ck_assert_int_eq(rdzv_plans_count(core->plans, "q\"u\\o"), 2);
+    ck_assert_int_eq(rdzv_plans_find(core->plans, "q\"u\\o", "g", 1), 19532);
+    ck_assert_int_eq(rdzv_plans_find(core->plans, "p\xc3\xb6" "d", "g", 3), 19532);
+    s_join(3, "g", 4, 3, "p\xc3\xb6" "d", "s");
+    char *after = cJSON_PrintUnformatted(s_assignment(3));
+    ck_assert_str_eq(before, after);
+    free(before);
+    free(after);
+    s_clear_replies();
+}
+END_TEST
+
 START_TEST(test_limits)
 {
     rdzv_core_destroy(&core);
@@ -579,6 +605,7 @@ int main(void)
     tcase_add_test(tc, test_compaction_keeps_state);
     tcase_add_test(tc, test_limits);
     tcase_add_test(tc, test_plans_record);
+    tcase_add_test(tc, test_plans_record_escapes_node_names);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_ENV);
