@@ -211,36 +211,44 @@ void rdzv_core_reserve_replies(rdzv_core_t *self, size_t more)
     }
 }
 
-/* Takes reply over (cleared if it cannot be queued). */
-static void s_push(rdzv_core_t *self, rdzv_reply_t reply)
+/* The next free slot of the outbox, or NULL (out of memory). */
+static rdzv_reply_t *s_slot(rdzv_core_t *self)
 {
-    if ((!reply.text && !reply.shared) || self->replaying) {
-        rdzv_reply_clear(&reply);
-        return;
-    }
     if (self->out_len == self->out_cap) {
         size_t cap = self->out_cap ? self->out_cap * 2 : 64;
         rdzv_reply_t *grown = realloc(self->outbox, cap * sizeof *grown);
-        if (!grown) {
-            rdzv_reply_clear(&reply);
-            return;
-        }
+        if (!grown)
+            return NULL;
         self->outbox = grown;
         self->out_cap = cap;
     }
-    self->outbox[self->out_len++] = reply;
+    return &self->outbox[self->out_len++];
 }
 
 void rdzv_core_reply(rdzv_core_t *self, const rdzv_peer_t *peer, char *text)
 {
-    s_push(self, (rdzv_reply_t) { .peer = *peer, .text = text });
+    rdzv_reply_t *slot = text && !self->replaying ? s_slot(self) : NULL;
+    if (!slot) {
+        free(text);
+        return;
+    }
+    *slot = (rdzv_reply_t) { .text = text };
+    rdzv_peer_copy(&slot->peer, peer);
 }
 
 void rdzv_core_reply_assignment(rdzv_core_t *self, const rdzv_peer_t *peer, rdzv_shared_t *shared,
                                 int rank, int first_port, int ports)
 {
-    s_push(self, (rdzv_reply_t) { .peer = *peer, .shared = rdzv_shared_ref(shared), .rank = rank,
-                                  .first_port = first_port, .ports = ports });
+    rdzv_reply_t *slot = shared && !self->replaying ? s_slot(self) : NULL;
+    if (!slot)
+        return;
+    /* Field by field: only the identity's own bytes of peer are copied. */
+    rdzv_peer_copy(&slot->peer, peer);
+    slot->text = NULL;
+    slot->shared = rdzv_shared_ref(shared);
+    slot->rank = rank;
+    slot->first_port = first_port;
+    slot->ports = ports;
 }
 
 void rdzv_core_error(rdzv_core_t *self, const rdzv_peer_t *peer, const char *code,

@@ -30,7 +30,7 @@ static void s_set_waiter(rdzv_core_t *self, rdzv_group_t *g, rdzv_member_t *m,
     if (!m->waiting)
         g->waiting++;
     m->waiting = true;
-    m->peer = *peer;
+    rdzv_peer_copy(&m->peer, peer);
     m->deadline_ms = self->now_ms + req->timeout_ms;
     m->want_members = req->members;
 }
@@ -278,7 +278,7 @@ static void s_handle_kv(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv_r
             rdzv_core_error(self, peer, RDZV_E_INTERNAL, "out of memory");
             return;
         }
-        w->peer = *peer;
+        rdzv_peer_copy(&w->peer, peer);
         w->deadline_ms = self->now_ms + req->timeout_ms;
         zlistx_add_end(g->kv_waiters, w);
     }

@@ -86,7 +86,7 @@ static int s_queue(rdzv_shard_t *to, const rdzv_reply_t *reply)
         to->inbox = grown;
         to->in_cap = cap;
     }
-    to->inbox[to->in_len++] = *reply;
+    rdzv_reply_copy(&to->inbox[to->in_len++], reply);
     return 0;
 }
 
