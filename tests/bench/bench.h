@@ -12,6 +12,8 @@ typedef struct {
     int64_t t_connect;       /* connect() called */
     int64_t t_sent;          /* join (or floor request) written */
     int64_t t_recv;          /* assignment (or floor reply) read in full */
+    int64_t t_arrived;       /* the kernel's receive time of its last bytes
+                              * (SO_TIMESTAMPNS); 0 if not given */
     int32_t ok;              /* 1: a valid assignment for this rank */
     int32_t port;            /* first port of the plan (floor: 0) */
 } bench_rank_t;

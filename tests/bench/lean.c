@@ -16,6 +16,7 @@
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -88,7 +89,20 @@ typedef struct {
     size_t outlen, outoff;
     char *request;           /* the request payload (JSON) */
     size_t reqlen;
+    int64_t t_rx;            /* kernel receive time of the last bytes read */
 } s_conn_t;
+
+/* CLOCK_REALTIME (the kernel's receive stamps) to CLOCK_MONOTONIC (every
+ * other time of the bench), measured once per worker. */
+static int64_t s_real_to_mono;
+
+static void s_clock_offset(void)
+{
+    struct timespec real;
+    int64_t mono = bench_now_ns();
+    clock_gettime(CLOCK_REALTIME, &real);
+    s_real_to_mono = mono - (real.tv_sec * 1000000000LL + real.tv_nsec);
+}
 
 static const unsigned char s_ready_cmd[] = {
     0x04, 28,                                /* command, short, 28 bytes */
@@ -212,6 +226,7 @@ static int s_parse_input(s_conn_t *c, const bench_lean_job_t *job, bool *greeted
             return 0;
         bench_rank_t *r = &job->out[c->rank];
         r->t_recv = bench_now_ns();
+        r->t_arrived = c->t_rx;
         r->ok = 1;
         c->state = C_DONE;
         return 1;
@@ -249,6 +264,7 @@ static int s_parse_input(s_conn_t *c, const bench_lean_job_t *job, bool *greeted
         if (!(fl & 0x04)) {                  /* a message frame: our reply */
             bench_rank_t *r = &job->out[c->rank];
             r->t_recv = bench_now_ns();
+            r->t_arrived = c->t_rx;
             int port = 0;
             r->ok = bench_check_reply((const char *) c->in + off + bo, bl, c->rank % job->group_size,
                                       &port);
@@ -267,6 +283,10 @@ static int s_parse_input(s_conn_t *c, const bench_lean_job_t *job, bool *greeted
     return rc;
 }
 
+/* Reads what is there. The kernel stamps each segment as it arrives
+ * (SO_TIMESTAMPNS): that, not when this process got round to reading,
+ * is when the server's reply reached the rank, since one worker process
+ * reads for hundreds of ranks. */
 static int s_read_some(s_conn_t *c)
 {
     for (;;) {
@@ -278,9 +298,27 @@ static int s_read_some(s_conn_t *c)
             c->in = p;
             c->incap = cap;
         }
-        ssize_t n = recv(c->fd, c->in + c->inlen, c->incap - c->inlen, 0);
+        size_t room = c->incap - c->inlen;
+        struct iovec iov = { .iov_base = c->in + c->inlen, .iov_len = room };
+        union {
+            char buf[CMSG_SPACE(sizeof(struct timespec))];
+            struct cmsghdr align;
+        } ctl;
+        struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+                             .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf };
+        ssize_t n = recvmsg(c->fd, &mh, 0);
         if (n > 0) {
             c->inlen += (size_t) n;
+            for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+                if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
+                    struct timespec ts;
+                    memcpy(&ts, CMSG_DATA(cm), sizeof ts);
+                    c->t_rx = ts.tv_sec * 1000000000LL + ts.tv_nsec + s_real_to_mono;
+                }
+            }
+            /* A short read took all there was (epoll is level-triggered). */
+            if ((size_t) n < room)
+                return 0;
             continue;
         }
         if (n == 0)
@@ -310,6 +348,7 @@ static int s_start_connect(s_conn_t *c, int ep, const struct sockaddr_in *sa,
         return -1;
     int one = 1;
     setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(c->fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one);
     r->t_connect = bench_now_ns();
     if (connect(c->fd, (const struct sockaddr *) sa, sizeof *sa) < 0 && errno != EINPROGRESS)
         return -1;
@@ -354,6 +393,7 @@ size_t bench_lean_run(const bench_lean_job_t *job)
     struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t) job->port) };
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     pid_t pid = getpid();
+    s_clock_offset();
     for (size_t i = 0; i < n; i++) {
         s_conn_t *c = &conns[i];
         c->fd = -1;

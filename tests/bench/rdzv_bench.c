@@ -459,6 +459,8 @@ typedef struct {
     size_t assigned;
     double seconds, wall_seconds, connect_spread_s;
     double p50, p99, max, rel_p50, rel_p99, rel_max;
+    double rel_user_p50, rel_user_p99, rel_min;
+    bool rel_kernel;         /* release times from the kernel's receive stamps */
     int distinct_ports_bad;
 } s_stats_t;
 
@@ -478,19 +480,27 @@ static void s_stats(const bench_rank_t *r, int n, int groups, int64_t t0, s_stat
         if (r[i].t_connect > last_connect)
             last_connect = r[i].t_connect;
     }
-    size_t k = 0;
+    double *rel_user = malloc(sizeof(double) * (size_t) n);
+    size_t k = 0, stamped = 0;
     for (int i = 0; i < n; i++) {
         if (!r[i].ok)
             continue;
         if (r[i].t_recv > last_recv)
             last_recv = r[i].t_recv;
         lat[k] = (double) (r[i].t_recv - r[i].t_sent) / 1e6;
-        rel[k] = (double) (r[i].t_recv - last_join[i / gsize]) / 1e6;
+        rel_user[k] = (double) (r[i].t_recv - last_join[i / gsize]) / 1e6;
+        rel[k] = (double) (r[i].t_arrived - last_join[i / gsize]) / 1e6;
+        stamped += r[i].t_arrived != 0;
         k++;
     }
     s->assigned = k;
+    /* Without a stamp on every reply, the release is what the workers saw. */
+    s->rel_kernel = k > 0 && stamped == k;
+    if (!s->rel_kernel)
+        memcpy(rel, rel_user, k * sizeof *rel);
     qsort(lat, k, sizeof *lat, s_cmp_double);
     qsort(rel, k, sizeof *rel, s_cmp_double);
+    qsort(rel_user, k, sizeof *rel_user, s_cmp_double);
     if (k) {
         s->seconds = (double) (last_recv - first_sent) / 1e9;
         s->wall_seconds = (double) (last_recv - t0) / 1e9;
@@ -500,7 +510,11 @@ static void s_stats(const bench_rank_t *r, int n, int groups, int64_t t0, s_stat
         s->rel_p50 = s_pct(rel, k, 50);
         s->rel_p99 = s_pct(rel, k, 99);
         s->rel_max = rel[k - 1];
+        s->rel_min = rel[0];
+        s->rel_user_p50 = s_pct(rel_user, k, 50);
+        s->rel_user_p99 = s_pct(rel_user, k, 99);
     }
+    free(rel_user);
     s->connect_spread_s = (double) (last_connect - t0) / 1e9;
     free(lat);
     free(rel);
@@ -711,13 +725,15 @@ int main(int argc, char **argv)
         double cpu = after.cpu_s - before.cpu_s;
         printf(",\"assigned\":%zu,\"seconds\":%.4f,\"wall_seconds\":%.4f,"
                "\"connect_spread_s\":%.4f,"
-               "\"release_p50_ms\":%.3f,\"release_p99_ms\":%.3f,\"release_max_ms\":%.3f,"
+               "\"release_min_ms\":%.3f,\"release_p50_ms\":%.3f,\"release_p99_ms\":%.3f,"
+               "\"release_max_ms\":%.3f,\"release_clock\":\"%s\",\"release_user_p50_ms\":%.3f,\"release_user_p99_ms\":%.3f,"
                "\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"max_ms\":%.3f,"
                "\"server_rss_mib\":%.2f,\"server_hwm_mib\":%.2f,\"server_idle_rss_mib\":%.2f,"
                "\"server_cpu_s\":%.3f,\"server_cpu_us_per_rank\":%.1f,"
                "\"server_kib_per_rank\":%.2f",
                st.assigned, st.seconds, st.wall_seconds, st.connect_spread_s,
-               st.rel_p50, st.rel_p99, st.rel_max, st.p50, st.p99, st.max,
+               st.rel_min, st.rel_p50, st.rel_p99, st.rel_max, st.rel_kernel ? "kernel" : "user",
+               st.rel_user_p50, st.rel_user_p99, st.p50, st.p99, st.max,
                after.rss_mib, after.hwm_mib, idle.rss_mib, cpu, cpu * 1e6 / o.ranks,
                (after.rss_mib - idle.rss_mib) * 1024.0 / o.ranks);
     }

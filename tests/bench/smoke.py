@@ -35,6 +35,8 @@ def main():
          FIELDS + ["floor_seconds", "floor_assigned"]),
         ("librdzv", ["--ranks", "64", "--processes", "2", "--simulator", "librdzv"], FIELDS),
         ("groups + preload", ["--ranks", "64", "--groups", "8", "--preload", "16"], FIELDS),
+        ("straggler", ["--ranks", "64", "--processes", "2", "--straggler", "50"],
+         FIELDS + ["release_clock", "release_min_ms", "release_user_p99_ms"]),
     ]
     print("1..%d" % len(cases))
     failed = 0
@@ -49,6 +51,14 @@ def main():
             problems.append("missing fields " + ",".join(missing))
         if out.get("assigned") != want:
             problems.append("%s of %d ranks got an assignment" % (out.get("assigned"), want))
+        # The lean simulator reads the kernel's receive stamps, librdzv cannot;
+        # no reply can arrive before the join that completed its group.
+        clock = "user" if "librdzv" in args else "kernel"
+        if out.get("release_clock") != clock:
+            problems.append("release_clock %s, want %s" % (out.get("release_clock"), clock))
+        if "--straggler" in args and not out.get("release_min_ms", -1) > 0:
+            problems.append("a reply stamped before the last join: release_min_ms %s"
+                            % out.get("release_min_ms"))
         if "floor_assigned" in fields and out.get("floor_assigned") != want:
             problems.append("floor answered %s of %d" % (out.get("floor_assigned"), want))
         if problems:
