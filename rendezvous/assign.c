@@ -3,6 +3,7 @@
 #include "core.h"
 #include "proto.h"
 #include "rdzv_proto.h"
+#include "trace.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -173,6 +174,7 @@ static int s_make_nccl_ids(rdzv_core_t *self, rdzv_group_t *g, cJSON **ids)
 
 void rdzv_group_release(rdzv_core_t *self, rdzv_group_t *g)
 {
+    int64_t t_start = rdzv_trace_ns();
     cJSON *ids = NULL;
     int *starts = malloc((size_t) g->world * sizeof *starts);
     if (!starts) {
@@ -183,6 +185,7 @@ void rdzv_group_release(rdzv_core_t *self, rdzv_group_t *g)
         free(starts);
         return;
     }
+    int64_t t_laid = rdzv_trace_ns();
     cJSON *rec = cJSON_CreateObject();
     cJSON_AddStringToObject(rec, "t", "complete");
     cJSON_AddStringToObject(rec, "g", g->name);
@@ -209,6 +212,11 @@ void rdzv_group_release(rdzv_core_t *self, rdzv_group_t *g)
     }
     g->waiting = 0;
     free(starts);
+    if (g->world >= RDZV_TRACE_MIN) {
+        RDZV_TRACE("release_start", -1, t_start, g->world);
+        RDZV_TRACE("laid_out", -1, t_laid, g->world);
+        RDZV_TRACE("replies_queued", -1, rdzv_trace_ns(), g->world);
+    }
 }
 
 int rdzv_group_next_epoch(rdzv_core_t *self, rdzv_group_t *g, const char *why)

@@ -1,4 +1,5 @@
 #include "shard.h"
+#include "trace.h"
 #include "rdzv_proto.h"
 #include "rdzv_util.h"
 
@@ -115,14 +116,21 @@ static void s_dispatch(rdzv_shard_t *self, rdzv_reply_t *out, size_t count)
         if (queued && was_empty)
             rdzv_shard_wake(to);
     }
+    int64_t t_queued = rdzv_trace_ns();
+    size_t own = 0;
     for (size_t i = 0; i < count; i++)
         if (out[i].peer.shard != -1)
-            s_send(self, &out[i]);
+            s_send(self, &out[i]), own++;
     free(out);
+    if (count >= RDZV_TRACE_MIN) {
+        RDZV_TRACE("queued", self->index, t_queued, count - own);
+        RDZV_TRACE("own_sent", self->index, rdzv_trace_ns(), own);
+    }
 }
 
 static void s_flush_inbox(rdzv_shard_t *self)
 {
+    int64_t t_start = rdzv_trace_ns();
     eventfd_t ignored;
     /* Read the wake-up before taking the inbox: a reply queued after the
      * take then wakes us again. */
@@ -136,6 +144,10 @@ static void s_flush_inbox(rdzv_shard_t *self)
     for (size_t i = 0; i < count; i++)
         s_send(self, &in[i]);
     free(in);
+    if (count >= RDZV_TRACE_MIN / 8) {
+        RDZV_TRACE("inbox_start", self->index, t_start, count);
+        RDZV_TRACE("inbox_end", self->index, rdzv_trace_ns(), count);
+    }
 }
 
 static void s_drain_frames(void *sock)
@@ -211,8 +223,16 @@ static void s_commit_and_send(rdzv_shard_t *self, bool tick)
         rdzv_core_tick(core, now);
     if (rdzv_journal_pending(core->journal))
         self->server->last_commit_ms = now;
+    int64_t t_commit = rdzv_trace_ns();
     rdzv_core_commit(core);
+    int64_t t_committed = rdzv_trace_ns();
     rdzv_reply_t *out = rdzv_core_take_outbox_unrendered(core, &count);
+    if (count >= RDZV_TRACE_MIN && !tick) {
+        RDZV_TRACE("got", self->index, self->trace_got, count);
+        RDZV_TRACE("handled", self->index, self->trace_handled, count);
+        RDZV_TRACE("commit_start", self->index, t_commit, count);
+        RDZV_TRACE("commit_end", self->index, t_committed, count);
+    }
     /* stderr is fully buffered (rdzvd.c): one write per batch, not per line. */
     fflush(stderr);
     pthread_mutex_unlock(&core->lock);
@@ -242,7 +262,10 @@ static void s_on_router(rdzv_shard_t *self)
                                                              : RDZV_SHARD_RECV_BATCH;
         int n = s_recv_batch(self, want);
         if (n > 0) {
+            if (!handled)
+                self->trace_got = rdzv_trace_ns();
             wait_more = s_handle_batch(self, n);
+            self->trace_handled = rdzv_trace_ns();
             handled += n;
         }
         if (handled >= S_BATCH)

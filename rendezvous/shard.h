@@ -32,6 +32,7 @@ typedef struct rdzv_shard {
     rdzv_reply_t *inbox;
     size_t in_len, in_cap;
     rdzv_shard_request_t batch[RDZV_SHARD_RECV_BATCH];
+    int64_t trace_got, trace_handled;   /* trace.h: the last batch's times */
 } rdzv_shard_t;
 
 struct rdzv_server {

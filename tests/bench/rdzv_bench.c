@@ -44,6 +44,7 @@ typedef struct {
     bool members;
     int timeout_s;
     const char *perf;
+    const char *rdzvd_log;   /* append rdzvd's output here (else a temp file) */
     const char *extra[16];
     int nextra;
     size_t floor_reply;
@@ -74,7 +75,8 @@ static void s_usage(FILE *f)
         "  --members           ask for the members list (default: \"members\":false)\n"
         "  --timeout SEC       give up after SEC (default 120)\n"
         "  --perf FILE         perf record -g the rdzvd process during the run into FILE\n"
-        "  --rdzvd-arg ARG     pass ARG to rdzvd (repeatable)\n");
+        "  --rdzvd-arg ARG     pass ARG to rdzvd (repeatable)\n"
+        "  --rdzvd-log FILE    append rdzvd's log to FILE (release_trace.py reads it)\n");
 }
 
 static int s_parse(int argc, char **argv, s_opts_t *o)
@@ -88,6 +90,7 @@ static int s_parse(int argc, char **argv, s_opts_t *o)
         { "window", required_argument, 0, 'W' }, { "straggler", required_argument, 0, 'S' }, { "members", no_argument, 0, 'm' },
         { "timeout", required_argument, 0, 't' }, { "perf", required_argument, 0, 'P' },
         { "rdzvd-arg", required_argument, 0, 'a' }, { "help", no_argument, 0, 'h' },
+        { "rdzvd-log", required_argument, 0, 'L' },
         { 0, 0, 0, 0 },
     };
     int c;
@@ -114,6 +117,7 @@ static int s_parse(int argc, char **argv, s_opts_t *o)
         case 'm': o->members = true; break;
         case 't': o->timeout_s = atoi(optarg); break;
         case 'P': o->perf = optarg; break;
+        case 'L': o->rdzvd_log = optarg; break;
         case 'a':
             if (o->nextra >= 16)
                 return -1;
@@ -241,7 +245,8 @@ static pid_t s_spawn_rdzvd(const s_opts_t *o, const char *dir, int *port)
     argv[a] = NULL;
     pid_t pid = fork();
     if (pid == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        int fd = o->rdzvd_log ? open(o->rdzvd_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)
+                              : open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd >= 0) {
             dup2(fd, 2);
             dup2(fd, 1);
@@ -460,6 +465,7 @@ typedef struct {
     double seconds, wall_seconds, connect_spread_s;
     double p50, p99, max, rel_p50, rel_p99, rel_max;
     double rel_user_p50, rel_user_p99, rel_min;
+    int64_t last_join_ns;    /* the first group's last join, CLOCK_MONOTONIC */
     bool rel_kernel;         /* release times from the kernel's receive stamps */
     int distinct_ports_bad;
 } s_stats_t;
@@ -494,6 +500,7 @@ static void s_stats(const bench_rank_t *r, int n, int groups, int64_t t0, s_stat
         k++;
     }
     s->assigned = k;
+    s->last_join_ns = last_join[0];
     /* Without a stamp on every reply, the release is what the workers saw. */
     s->rel_kernel = k > 0 && stamped == k;
     if (!s->rel_kernel)
@@ -726,13 +733,14 @@ int main(int argc, char **argv)
         printf(",\"assigned\":%zu,\"seconds\":%.4f,\"wall_seconds\":%.4f,"
                "\"connect_spread_s\":%.4f,"
                "\"release_min_ms\":%.3f,\"release_p50_ms\":%.3f,\"release_p99_ms\":%.3f,"
-               "\"release_max_ms\":%.3f,\"release_clock\":\"%s\",\"release_user_p50_ms\":%.3f,\"release_user_p99_ms\":%.3f,"
+               "\"release_max_ms\":%.3f,\"last_join_sent_ns\":%lld,\"release_clock\":\"%s\",\"release_user_p50_ms\":%.3f,\"release_user_p99_ms\":%.3f,"
                "\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"max_ms\":%.3f,"
                "\"server_rss_mib\":%.2f,\"server_hwm_mib\":%.2f,\"server_idle_rss_mib\":%.2f,"
                "\"server_cpu_s\":%.3f,\"server_cpu_us_per_rank\":%.1f,"
                "\"server_kib_per_rank\":%.2f",
                st.assigned, st.seconds, st.wall_seconds, st.connect_spread_s,
-               st.rel_min, st.rel_p50, st.rel_p99, st.rel_max, st.rel_kernel ? "kernel" : "user",
+               st.rel_min, st.rel_p50, st.rel_p99, st.rel_max, (long long) st.last_join_ns,
+               st.rel_kernel ? "kernel" : "user",
                st.rel_user_p50, st.rel_user_p99, st.p50, st.p99, st.max,
                after.rss_mib, after.hwm_mib, idle.rss_mib, cpu, cpu * 1e6 / o.ranks,
                (after.rss_mib - idle.rss_mib) * 1024.0 / o.ranks);
