@@ -3,7 +3,8 @@
 # (the GPU device: docs/performance.md, ../shared/context/device-notes.md):
 # the release binaries, the libraries they load (not glibc's, libstdc++ or
 # libgcc_s: the target's own are newer), wrappers that set LD_LIBRARY_PATH
-# for them only, and the build-tree layout shim_bench.py expects.
+# for them only, and the build-tree layout shim_bench.py and release_trace.py
+# expect (tree/).
 #
 #   tests/bench/device-carry.sh [BUILD] [OUT]     (default build-bench .device/bench)
 set -eu
@@ -18,7 +19,7 @@ done
 mkdir -p "$out/lib" "$out/tree/tests/bench" "$out/tree/shim" "$out/tree/rendezvous" "$out/tree/client"
 cp "$build/rendezvous/rdzvd" "$build/tests/bench/rdzv-bench" "$build/client/rdzv" \
    "$build/shim/librdzv_shim.so" "$build/tests/bench/rdzv-shim-bench" "$out/"
-cp "$here/compare.py" "$here/shim_bench.py" "$out/"
+cp "$here/compare.py" "$here/shim_bench.py" "$here/release_trace.py" "$out/"
 cp "$build/tests/bench/rdzv-shim-bench" "$out/tree/tests/bench/"
 cp "$build/shim/librdzv_shim.so" "$out/tree/shim/"
 
@@ -45,5 +46,6 @@ wrap rdzvd . "$out/rdzvd.sh"
 wrap rdzv-bench . "$out/rdzv-bench.sh"
 wrap rdzvd ../.. "$out/tree/rendezvous/rdzvd"
 wrap rdzv ../.. "$out/tree/client/rdzv"
+wrap rdzv-bench ../../.. "$out/tree/tests/bench/rdzv-bench"
 echo "device-carry: $out ($(du -sh "$out" | cut -f1)); run e.g."
 echo "  cd $out && ulimit -n 20000 && python3 compare.py --bench ./rdzv-bench.sh --rdzvd ./rdzvd.sh --ranks 1024,4096,16384 --repeat 3 --processes 8"
