@@ -199,7 +199,6 @@ void rdzv_group_release(rdzv_core_t *self, rdzv_group_t *g)
     }
     rdzv_core_log("assign", "group=%s epoch=%lld world=%d master=%s",
                   g->name, (long long) g->epoch, g->world, g->members[0]->host);
-    rdzv_core_reserve_replies(self, (size_t) g->waiting);
     for (int r = 0; r < g->world; r++) {
         rdzv_member_t *m = g->members[r];
         if (!m->waiting)

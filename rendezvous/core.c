@@ -178,9 +178,12 @@ rdzv_core_t *rdzv_core_new(const rdzv_config_t *cfg, char *err, size_t errlen)
 
 static void s_drop_outbox(rdzv_core_t *self)
 {
-    for (size_t i = 0; i < self->out_len; i++)
-        rdzv_reply_clear(&self->outbox[i]);
-    self->out_len = 0;
+    for (int t = 0; t < RDZV_METRIC_SHARDS; t++) {
+        rdzv_outbox_t *o = &self->outboxes[t];
+        for (size_t i = 0; i < o->len; i++)
+            rdzv_reply_clear(&o->v[i]);
+        o->len = 0;
+    }
 }
 
 void rdzv_core_destroy(rdzv_core_t **self_p)
@@ -193,41 +196,32 @@ void rdzv_core_destroy(rdzv_core_t **self_p)
     rdzv_journal_destroy(&self->journal);
     rdzv_rate_destroy(&self->rate);
     s_drop_outbox(self);
-    free(self->outbox);
+    for (int t = 0; t < RDZV_METRIC_SHARDS; t++)
+        free(self->outboxes[t].v);
     pthread_mutex_destroy(&self->lock);
     free(self);
     *self_p = NULL;
 }
 
-void rdzv_core_reserve_replies(rdzv_core_t *self, size_t more)
+/* The next free slot of the outbox of peer's shard, or NULL (out of memory). */
+static rdzv_reply_t *s_slot(rdzv_core_t *self, const rdzv_peer_t *peer)
 {
-    size_t want = self->out_len + more;
-    if (want <= self->out_cap)
-        return;
-    rdzv_reply_t *grown = realloc(self->outbox, want * sizeof *grown);
-    if (grown) {
-        self->outbox = grown;
-        self->out_cap = want;
-    }
-}
-
-/* The next free slot of the outbox, or NULL (out of memory). */
-static rdzv_reply_t *s_slot(rdzv_core_t *self)
-{
-    if (self->out_len == self->out_cap) {
-        size_t cap = self->out_cap ? self->out_cap * 2 : 64;
-        rdzv_reply_t *grown = realloc(self->outbox, cap * sizeof *grown);
+    rdzv_outbox_t *o = &self->outboxes[peer->shard > 0 && peer->shard < RDZV_METRIC_SHARDS
+                                       ? peer->shard : 0];
+    if (o->len == o->cap) {
+        size_t cap = o->cap ? o->cap * 2 : 64;
+        rdzv_reply_t *grown = realloc(o->v, cap * sizeof *grown);
         if (!grown)
             return NULL;
-        self->outbox = grown;
-        self->out_cap = cap;
+        o->v = grown;
+        o->cap = cap;
     }
-    return &self->outbox[self->out_len++];
+    return &o->v[o->len++];
 }
 
 void rdzv_core_reply(rdzv_core_t *self, const rdzv_peer_t *peer, char *text)
 {
-    rdzv_reply_t *slot = text && !self->replaying ? s_slot(self) : NULL;
+    rdzv_reply_t *slot = text && !self->replaying ? s_slot(self, peer) : NULL;
     if (!slot) {
         free(text);
         return;
@@ -239,7 +233,7 @@ void rdzv_core_reply(rdzv_core_t *self, const rdzv_peer_t *peer, char *text)
 void rdzv_core_reply_assignment(rdzv_core_t *self, const rdzv_peer_t *peer, rdzv_shared_t *shared,
                                 int rank, int first_port, int ports)
 {
-    rdzv_reply_t *slot = shared && !self->replaying ? s_slot(self) : NULL;
+    rdzv_reply_t *slot = shared && !self->replaying ? s_slot(self, peer) : NULL;
     if (!slot)
         return;
     /* Field by field: only the identity's own bytes of peer are copied. */
@@ -303,21 +297,44 @@ int rdzv_core_commit(rdzv_core_t *self)
      * memory goes back to what the disk holds. Clients resend their joins. */
     rdzv_core_log("journal", "write failed (%s); refusing this batch and reloading state",
                   strerror(errno));
-    for (size_t i = 0; i < self->out_len; i++) {
-        rdzv_reply_clear(&self->outbox[i]);
-        self->outbox[i].text = rdzv_reply_error(self->outbox[i].peer.req, RDZV_E_INTERNAL,
-                                                "rdzvd could not record the change");
+    for (int t = 0; t < RDZV_METRIC_SHARDS; t++) {
+        rdzv_outbox_t *o = &self->outboxes[t];
+        for (size_t i = 0; i < o->len; i++) {
+            rdzv_reply_clear(&o->v[i]);
+            o->v[i].text = rdzv_reply_error(o->v[i].peer.req, RDZV_E_INTERNAL,
+                                            "rdzvd could not record the change");
+        }
     }
     s_reload(self);
     return -1;
 }
 
+rdzv_reply_t *rdzv_core_take_shard_outbox(rdzv_core_t *self, int shard, size_t *count)
+{
+    rdzv_outbox_t *o = &self->outboxes[shard];
+    rdzv_reply_t *out = o->v;
+    *count = o->len;
+    *o = (rdzv_outbox_t) { 0 };
+    return out;
+}
+
 rdzv_reply_t *rdzv_core_take_outbox_unrendered(rdzv_core_t *self, size_t *count)
 {
-    rdzv_reply_t *out = self->outbox;
-    *count = self->out_len;
-    self->outbox = NULL;
-    self->out_len = self->out_cap = 0;
+    size_t total = 0;
+    for (int t = 0; t < RDZV_METRIC_SHARDS; t++)
+        total += self->outboxes[t].len;
+    rdzv_reply_t *out = total ? malloc(total * sizeof *out) : NULL;
+    *count = 0;
+    if (!out) {
+        s_drop_outbox(self);
+        return NULL;
+    }
+    for (int t = 0; t < RDZV_METRIC_SHARDS; t++) {
+        rdzv_outbox_t *o = &self->outboxes[t];
+        memcpy(out + *count, o->v, o->len * sizeof *out);
+        *count += o->len;
+        o->len = 0;
+    }
     return out;
 }
 

@@ -82,13 +82,20 @@ typedef struct {
     uint64_t kv_bytes;           /* keys + values of the current epoch */
 } rdzv_group_t;
 
+/* Replies for the connections of one shard. */
+typedef struct {
+    rdzv_reply_t *v;
+    size_t len, cap;
+} rdzv_outbox_t;
+
 typedef struct {
     rdzv_config_t cfg;
     rdzv_journal_t *journal;
     rdzv_plans_t *plans;
     zhashx_t *groups;            /* name -> rdzv_group_t */
-    rdzv_reply_t *outbox;
-    size_t out_len, out_cap;
+    /* By the shard of the reply's connection (peer.shard): a release hands
+     * each shard its replies whole instead of sorting and copying them. */
+    rdzv_outbox_t outboxes[RDZV_METRIC_SHARDS];
     bool replaying;
     int64_t now_ms;
     rdzv_metrics_t metrics;
@@ -133,14 +140,14 @@ int rdzv_core_commit(rdzv_core_t *self);
 int rdzv_core_pending(rdzv_core_t *self);
 /* Rewrites the journal as the records of the current state (compact.c). */
 int rdzv_core_compact(rdzv_core_t *self);
-/* Room for more replies in the outbox at once: a release of N ranks
- * then grows it once, not by doublings. */
-void rdzv_core_reserve_replies(rdzv_core_t *self, size_t more);
 /* Takes the outbox, every reply formatted (text NULL only when out of
  * memory); the caller sends and clears each reply, then frees the array. */
 rdzv_reply_t *rdzv_core_take_outbox(rdzv_core_t *self, size_t *count);
 /* The same with assignments left for the sender to rdzv_reply_render. */
 rdzv_reply_t *rdzv_core_take_outbox_unrendered(rdzv_core_t *self, size_t *count);
+/* Takes the replies for shard's connections only (not formatted); the
+ * array is the caller's to free. */
+rdzv_reply_t *rdzv_core_take_shard_outbox(rdzv_core_t *self, int shard, size_t *count);
 
 /* --- used by the handlers (handlers.c, group.c) --- */
 void rdzv_core_reply(rdzv_core_t *self, const rdzv_peer_t *peer, char *text);

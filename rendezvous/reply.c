@@ -82,16 +82,6 @@ void rdzv_peer_copy(rdzv_peer_t *dst, const rdzv_peer_t *src)
     dst->shard = src->shard;
 }
 
-void rdzv_reply_copy(rdzv_reply_t *dst, const rdzv_reply_t *src)
-{
-    rdzv_peer_copy(&dst->peer, &src->peer);
-    dst->text = src->text;
-    dst->shared = src->shared;
-    dst->rank = src->rank;
-    dst->first_port = src->first_port;
-    dst->ports = src->ports;
-}
-
 void rdzv_reply_clear(rdzv_reply_t *reply)
 {
     free(reply->text);

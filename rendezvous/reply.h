@@ -43,10 +43,9 @@ typedef struct {
 /* Formats an assignment reply into text (needs no core state: any thread).
  * 0, or -1 out of memory. */
 int rdzv_reply_render(rdzv_reply_t *reply);
-/* *dst = *src, but only the identity's len bytes: a reply is ~330 bytes
+/* *dst = *src, but only the identity's len bytes: a peer is ~270 bytes
  * of which a ROUTER's 5-byte identity uses a few, and a release copies
- * one per rank into the outbox and again into a shard's inbox. */
-void rdzv_reply_copy(rdzv_reply_t *dst, const rdzv_reply_t *src);
+ * one per rank into the outbox. */
 void rdzv_peer_copy(rdzv_peer_t *dst, const rdzv_peer_t *src);
 /* Frees the text and drops the shared reference. */
 void rdzv_reply_clear(rdzv_reply_t *reply);

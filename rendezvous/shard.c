@@ -77,55 +77,98 @@ static void s_send(rdzv_shard_t *self, rdzv_reply_t *reply)
     rdzv_reply_clear(reply);
 }
 
-static int s_queue(rdzv_shard_t *to, const rdzv_reply_t *reply)
+/* The inbox grown to hold want replies; NULL (inbox untouched) if out of memory. */
+static rdzv_reply_t *s_grow(rdzv_reply_t *inbox, size_t *cap, size_t want)
 {
-    if (to->in_len == to->in_cap) {
-        size_t cap = to->in_cap ? to->in_cap * 2 : 256;
-        rdzv_reply_t *grown = realloc(to->inbox, cap * sizeof *grown);
-        if (!grown)
-            return -1;
-        to->inbox = grown;
-        to->in_cap = cap;
-    }
-    rdzv_reply_copy(&to->inbox[to->in_len++], reply);
-    return 0;
+    size_t c = *cap ? *cap : 256;
+    while (c < want)
+        c *= 2;
+    rdzv_reply_t *grown = realloc(inbox, c * sizeof *grown);
+    if (grown)
+        *cap = c;
+    return grown;
 }
 
-/* Hands each reply to the shard that owns its connection, then sends ours. */
-static void s_dispatch(rdzv_shard_t *self, rdzv_reply_t *out, size_t count)
+/* Appends n replies to shard to's inbox, taking over the array: an empty
+ * inbox takes the array itself, else its replies are appended (and the
+ * array freed). Returns whether to must be woken: a non-empty inbox has a
+ * wake-up pending already. */
+static bool s_hand_over(rdzv_shard_t *to, rdzv_reply_t *v, size_t n)
+{
+    pthread_mutex_lock(&to->lock);
+    bool was_empty = to->in_len == 0;
+    rdzv_reply_t *room = to->in_len + n <= to->in_cap ? to->inbox : NULL;
+    if (was_empty) {
+        free(to->inbox);
+        to->inbox = v;
+        to->in_len = to->in_cap = n;
+        v = NULL;
+    } else if (room || (room = s_grow(to->inbox, &to->in_cap, to->in_len + n))) {
+        to->inbox = room;
+        memcpy(to->inbox + to->in_len, v, n * sizeof *v);
+        to->in_len += n;
+    } else {
+        for (size_t i = 0; i < n; i++)       /* out of memory: they are lost */
+            rdzv_reply_clear(&v[i]);
+    }
+    pthread_mutex_unlock(&to->lock);
+    free(v);
+    return was_empty;
+}
+
+/* Hands the other shards their replies (the core keeps them apart by
+ * shard), then sends ours. */
+static void s_dispatch(rdzv_shard_t *self, rdzv_outbox_t *out)
 {
     rdzv_server_t *server = self->server;
-    for (int t = 0; t < server->count && count > 0; t++) {
-        if (t == self->index)
+    size_t others = 0;
+    for (int t = 0; t < server->count; t++) {
+        if (t == self->index || out[t].len == 0)
             continue;
-        rdzv_shard_t *to = &server->shards[t];
-        size_t queued = 0;
-        pthread_mutex_lock(&to->lock);
-        bool was_empty = to->in_len == 0;
-        for (size_t i = 0; i < count; i++) {
-            if (out[i].peer.shard != t)
-                continue;
-            if (s_queue(to, &out[i]) < 0)
-                rdzv_reply_clear(&out[i]);
-            else
-                queued++;
-            out[i].peer.shard = -1;      /* moved */
-        }
-        pthread_mutex_unlock(&to->lock);
-        /* A non-empty inbox has a wake-up pending already. */
-        if (queued && was_empty)
-            rdzv_shard_wake(to);
+        others += out[t].len;
+        if (s_hand_over(&server->shards[t], out[t].v, out[t].len))
+            rdzv_shard_wake(&server->shards[t]);
     }
     int64_t t_queued = rdzv_trace_ns();
-    size_t own = 0;
-    for (size_t i = 0; i < count; i++)
-        if (out[i].peer.shard != -1)
-            s_send(self, &out[i]), own++;
-    free(out);
-    if (count >= RDZV_TRACE_MIN) {
-        RDZV_TRACE("queued", self->index, t_queued, count - own);
-        RDZV_TRACE("own_sent", self->index, rdzv_trace_ns(), own);
+    rdzv_outbox_t *mine = &out[self->index];
+    for (size_t i = 0; i < mine->len; i++)
+        s_send(self, &mine->v[i]);
+    free(mine->v);
+    if (others + mine->len >= RDZV_TRACE_MIN) {
+        RDZV_TRACE("queued", self->index, t_queued, others);
+        RDZV_TRACE("own_sent", self->index, rdzv_trace_ns(), mine->len);
     }
+}
+
+static void s_commit_and_send(rdzv_shard_t *self, bool tick)
+{
+    rdzv_server_t *server = self->server;
+    rdzv_core_t *core = server->core;
+    rdzv_outbox_t out[RDZV_MAX_SHARDS];
+    size_t count = 0;
+    pthread_mutex_lock(&core->lock);
+    int64_t now = rdzv_now_ms();
+    if (tick)
+        rdzv_core_tick(core, now);
+    if (rdzv_journal_pending(core->journal))
+        server->last_commit_ms = now;
+    int64_t t_commit = rdzv_trace_ns();
+    rdzv_core_commit(core);
+    int64_t t_committed = rdzv_trace_ns();
+    for (int t = 0; t < server->count; t++) {
+        out[t].v = rdzv_core_take_shard_outbox(core, t, &out[t].len);
+        count += out[t].len;
+    }
+    if (count >= RDZV_TRACE_MIN && !tick) {
+        RDZV_TRACE("got", self->index, self->trace_got, count);
+        RDZV_TRACE("handled", self->index, self->trace_handled, count);
+        RDZV_TRACE("commit_start", self->index, t_commit, count);
+        RDZV_TRACE("commit_end", self->index, t_committed, count);
+    }
+    /* stderr is fully buffered (rdzvd.c): one write per batch, not per line. */
+    fflush(stderr);
+    pthread_mutex_unlock(&core->lock);
+    s_dispatch(self, out);
 }
 
 static void s_flush_inbox(rdzv_shard_t *self)
@@ -211,32 +254,6 @@ static bool s_handle_batch(rdzv_shard_t *self, int n)
     bool busy = now - self->server->last_commit_ms <= S_BUSY_MS;
     pthread_mutex_unlock(&core->lock);
     return pending && busy;
-}
-
-static void s_commit_and_send(rdzv_shard_t *self, bool tick)
-{
-    rdzv_core_t *core = self->server->core;
-    size_t count = 0;
-    pthread_mutex_lock(&core->lock);
-    int64_t now = rdzv_now_ms();
-    if (tick)
-        rdzv_core_tick(core, now);
-    if (rdzv_journal_pending(core->journal))
-        self->server->last_commit_ms = now;
-    int64_t t_commit = rdzv_trace_ns();
-    rdzv_core_commit(core);
-    int64_t t_committed = rdzv_trace_ns();
-    rdzv_reply_t *out = rdzv_core_take_outbox_unrendered(core, &count);
-    if (count >= RDZV_TRACE_MIN && !tick) {
-        RDZV_TRACE("got", self->index, self->trace_got, count);
-        RDZV_TRACE("handled", self->index, self->trace_handled, count);
-        RDZV_TRACE("commit_start", self->index, t_commit, count);
-        RDZV_TRACE("commit_end", self->index, t_committed, count);
-    }
-    /* stderr is fully buffered (rdzvd.c): one write per batch, not per line. */
-    fflush(stderr);
-    pthread_mutex_unlock(&core->lock);
-    s_dispatch(self, out, count);
 }
 
 /* Waits up to ms for more requests, sending queued replies meanwhile. */
