@@ -32,6 +32,8 @@ typedef struct {
     const char *node_prefix;
     bool members;            /* ask for the members list in replies */
     int timeout_ms;
+    bool busy_poll;          /* never sleep in epoll_wait: ranks whose waking
+                              * costs the server nothing, as on other hosts */
     int window;              /* >0: at most this many connections of this
                               * process wait for the server's greeting */
     bench_rank_t *out;       /* indexed by global rank */

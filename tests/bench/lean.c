@@ -431,7 +431,7 @@ size_t bench_lean_run(const bench_lean_job_t *job)
         if (bench_now_ns() > deadline)
             break;
         bool can_connect = next < n && (job->window <= 0 || waiting < (size_t) job->window);
-        int m = epoll_wait(ep, evs, 256, can_connect ? 0 : 100);
+        int m = epoll_wait(ep, evs, 256, can_connect || job->busy_poll ? 0 : 100);
         for (int k = 0; k < m; k++) {
             s_conn_t *c = evs[k].data.ptr;
             if (c->state == C_CONNECTING) {

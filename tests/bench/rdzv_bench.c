@@ -42,6 +42,7 @@ typedef struct {
     int window;
     int straggler_ms;
     bool members;
+    bool busy_poll;
     int timeout_s;
     const char *perf;
     const char *rdzvd_log;   /* append rdzvd's output here (else a temp file) */
@@ -73,6 +74,8 @@ static void s_usage(FILE *f)
         "  --window W          lean: at most W connections per process awaiting the server's\n"
         "                      greeting (default 0: all at once, as real ranks do)\n"
         "  --members           ask for the members list (default: \"members\":false)\n"
+        "  --busy-poll         lean: workers spin instead of sleeping in epoll_wait (on loopback\n"
+        "                      the server's send pays for waking a sleeping rank)\n"
         "  --timeout SEC       give up after SEC (default 120)\n"
         "  --perf FILE         perf record -g the rdzvd process during the run into FILE\n"
         "  --rdzvd-arg ARG     pass ARG to rdzvd (repeatable)\n"
@@ -90,7 +93,7 @@ static int s_parse(int argc, char **argv, s_opts_t *o)
         { "window", required_argument, 0, 'W' }, { "straggler", required_argument, 0, 'S' }, { "members", no_argument, 0, 'm' },
         { "timeout", required_argument, 0, 't' }, { "perf", required_argument, 0, 'P' },
         { "rdzvd-arg", required_argument, 0, 'a' }, { "help", no_argument, 0, 'h' },
-        { "rdzvd-log", required_argument, 0, 'L' },
+        { "rdzvd-log", required_argument, 0, 'L' }, { "busy-poll", no_argument, 0, 'B' },
         { 0, 0, 0, 0 },
     };
     int c;
@@ -118,6 +121,7 @@ static int s_parse(int argc, char **argv, s_opts_t *o)
         case 't': o->timeout_s = atoi(optarg); break;
         case 'P': o->perf = optarg; break;
         case 'L': o->rdzvd_log = optarg; break;
+        case 'B': o->busy_poll = true; break;
         case 'a':
             if (o->nextra >= 16)
                 return -1;
@@ -379,7 +383,7 @@ static void s_worker(const s_opts_t *o, int w, int port, int mode, bench_rank_t 
     if (mode != MODE_RDZV || !strcmp(o->simulator, "lean")) {
         bench_lean_job_t job = {
             .wire = mode == MODE_FLOOR ? WIRE_RAW : WIRE_ZMTP, .port = port, .ranks = ranks,
-            .window = o->window,
+            .window = o->window, .busy_poll = o->busy_poll,
             .count = count, .group_size = gsize, .group_prefix = "bench", .node_prefix = "n",
             .members = o->members, .timeout_ms = o->timeout_s * 1000, .out = out,
         };
@@ -725,9 +729,9 @@ int main(int argc, char **argv)
         fclose(sf);
     }
     printf("{\"ranks\":%d,\"processes\":%d,\"simulator\":\"%s\",\"groups\":%d,\"preload\":%d,"
-           "\"fsync\":%s,\"members\":%s,\"window\":%d,\"straggler_ms\":%d,\"nofile\":%ld,\"somaxconn\":%d",
+           "\"fsync\":%s,\"members\":%s,\"busy_poll\":%s,\"window\":%d,\"straggler_ms\":%d,\"nofile\":%ld,\"somaxconn\":%d",
            o.ranks, o.processes, o.simulator, o.groups, o.preload, o.fsync ? "true" : "false",
-           o.members ? "true" : "false", o.window, o.straggler_ms, nofile, somaxconn);
+           o.members ? "true" : "false", o.busy_poll ? "true" : "false", o.window, o.straggler_ms, nofile, somaxconn);
     if (o.rdzv) {
         double cpu = after.cpu_s - before.cpu_s;
         printf(",\"assigned\":%zu,\"seconds\":%.4f,\"wall_seconds\":%.4f,"

@@ -34,7 +34,8 @@ def main():
         ("lean + floor", ["--ranks", str(a.ranks), "--processes", "2", "--floor", "--fsync", "off"],
          FIELDS + ["floor_seconds", "floor_assigned"]),
         ("librdzv", ["--ranks", "64", "--processes", "2", "--simulator", "librdzv"], FIELDS),
-        ("groups + preload", ["--ranks", "64", "--groups", "8", "--preload", "16"], FIELDS),
+        ("groups + preload, busy poll", ["--ranks", "64", "--groups", "8", "--preload", "16",
+                                         "--busy-poll"], FIELDS + ["busy_poll"]),
         ("straggler", ["--ranks", "64", "--processes", "2", "--straggler", "50"],
          FIELDS + ["release_clock", "release_min_ms", "release_user_p99_ms"]),
     ]
