@@ -10,14 +10,14 @@
 #include <string.h>
 #include <time.h>
 
-static void s_member_free(rdzv_member_t *m)
+/* A member's own strings; the member itself lives in its chunk. */
+static void s_member_clear(rdzv_member_t *m)
 {
     if (!m)
         return;
     free(m->session);
     free(m->host);
     free(m->node);
-    free(m);
 }
 
 static void s_kv_waiter_free(void **item)
@@ -41,8 +41,11 @@ void rdzv_group_free(void **item)
     rdzv_group_t *g = *item;
     if (!g)
         return;
-    for (int r = 0; r < g->world; r++)
-        s_member_free(g->members[r]);
+    for (int r = 0; g->members && r < g->world; r++)
+        s_member_clear(g->members[r]);
+    for (int c = 0; g->member_chunks && c * RDZV_MEMBER_CHUNK < g->world; c++)
+        free(g->member_chunks[c]);
+    free(g->member_chunks);
     free(g->members);
     rdzv_ncclroot_destroy(&g->root);
     zhashx_destroy(&g->kv);
@@ -84,16 +87,33 @@ rdzv_group_t *rdzv_group_new(const char *name, int world, rdzv_nccl_mode_t mode,
     g->nccl_mode = mode;
     g->nccl_count = count;
     g->members = calloc((size_t) world, sizeof *g->members);
+    g->member_chunks = calloc((size_t) (world + RDZV_MEMBER_CHUNK - 1) / RDZV_MEMBER_CHUNK,
+                              sizeof *g->member_chunks);
     g->kv = zhashx_new();
     zhashx_set_destructor(g->kv, s_free_string);
     g->kv_waiters = zlistx_new();
     zlistx_set_destructor(g->kv_waiters, s_kv_waiter_free);
-    if (!g->name || !g->members || !g->kv || !g->kv_waiters) {
+    if (!g->name || !g->members || !g->member_chunks || !g->kv || !g->kv_waiters) {
         void *item = g;
         rdzv_group_free(&item);
         return NULL;
     }
     return g;
+}
+
+rdzv_member_t *rdzv_group_member(rdzv_group_t *g, int rank)
+{
+    if (g->members[rank])
+        return g->members[rank];
+    int c = rank / RDZV_MEMBER_CHUNK;
+    if (!g->member_chunks[c]) {
+        int n = g->world - c * RDZV_MEMBER_CHUNK;
+        g->member_chunks[c] = calloc((size_t) (n < RDZV_MEMBER_CHUNK ? n : RDZV_MEMBER_CHUNK),
+                                     sizeof **g->member_chunks);
+        if (!g->member_chunks[c])
+            return NULL;
+    }
+    return g->members[rank] = &g->member_chunks[c][rank % RDZV_MEMBER_CHUNK];
 }
 
 rdzv_group_t *rdzv_core_group(rdzv_core_t *self, const char *name)

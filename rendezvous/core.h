@@ -43,6 +43,8 @@ typedef enum {
 const char *rdzv_nccl_mode_name(rdzv_nccl_mode_t mode);
 int rdzv_nccl_mode_parse(const char *name, rdzv_nccl_mode_t *out);
 
+#define RDZV_MEMBER_CHUNK 64
+
 typedef struct {
     char *session, *host, *node;
     rdzv_plan_node_t *plan_node; /* node's entry in the plans */
@@ -74,6 +76,10 @@ typedef struct {
     cJSON *rank0_ids;            /* rank0 mode: what rank 0 brought to this epoch */
     rdzv_ncclroot_t *root;       /* the helper hosting server-made roots */
     rdzv_member_t **members;     /* world entries, NULL until joined */
+    /* The members themselves, RDZV_MEMBER_CHUNK ranks to a block made when
+     * the first of them joins: a release walks every member in rank order,
+     * and neighbours in memory make that a stream, not a scatter. */
+    rdzv_member_t **member_chunks;   /* RDZV_MEMBER_CHUNK members each */
     /* The part of every rank's assignment that is the same for all ranks of
      * the epoch, formatted once: with and without the members list. */
     rdzv_shared_t *shared[2];
@@ -162,6 +168,9 @@ int rdzv_core_record(rdzv_core_t *self, cJSON *record);
 int rdzv_core_apply(void *self, const cJSON *record);
 rdzv_group_t *rdzv_core_group(rdzv_core_t *self, const char *name);
 rdzv_group_t *rdzv_group_new(const char *name, int world, rdzv_nccl_mode_t mode, int count);
+/* rank's member of g, made (zeroed, in its chunk) if it has none; NULL
+ * out of memory. */
+rdzv_member_t *rdzv_group_member(rdzv_group_t *g, int rank);
 void rdzv_group_free(void **item);
 #include "log.h"
 

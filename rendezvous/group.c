@@ -64,13 +64,9 @@ static int s_apply_join(rdzv_core_t *self, rdzv_group_t *g, const cJSON *rec)
     if (s_num(rec, "rank", &rank) < 0 || s_num(rec, "epoch", &epoch) < 0
         || rank < 0 || rank >= g->world || !host || !node || !session)
         return -1;
-    rdzv_member_t *m = g->members[rank];
-    if (!m) {
-        m = calloc(1, sizeof *m);
-        if (!m)
-            return -1;
-        g->members[rank] = m;
-    }
+    rdzv_member_t *m = rdzv_group_member(g, (int) rank);
+    if (!m)
+        return -1;
     /* The node's plan entry now, while ranks trickle in, rather than all
      * of them in the release the last rank waits for. */
     if (s_set(&m->host, host) < 0 || s_set(&m->node, node) < 0
