@@ -351,6 +351,8 @@ rdzv_reply_t *rdzv_core_take_outbox_unrendered(rdzv_core_t *self, size_t *count)
     }
     for (int t = 0; t < RDZV_METRIC_SHARDS; t++) {
         rdzv_outbox_t *o = &self->outboxes[t];
+        if (o->len == 0)
+            continue;                /* o->v may be NULL: no memcpy from it */
         memcpy(out + *count, o->v, o->len * sizeof *out);
         *count += o->len;
         o->len = 0;
