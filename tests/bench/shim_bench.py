@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """The shim micro-benchmark: ns per bind()+close() on a pass-through port
 without the shim, with it preloaded and RDZV_AGENT_SOCKET unset, and with it
-set but the port outside the managed range; then µs per managed probe,
+set but the port outside the managed range (also bind() and close() of fd
+-1, where only the shim and a bare system call remain); then µs per managed probe,
 port-0 probe and listener hand-over through a real `rdzv agent` and rdzvd.
 Prints one JSON object (medians over --repeat runs for the pass-through).
 
@@ -49,16 +50,24 @@ def main():
                                    RDZV_AGENT_SOCKET="/nonexistent/rdzv-agent.sock",
                                    RDZV_PORT_RANGE="%d-%d" % (base, limit)),
     }
-    ns = {k: [] for k in settings}
+    # Per setting: bind+close of a real socket, and bind / close of fd -1,
+    # where the system call is short enough for the shim's own ns to show.
+    fields = {"": "ns_per_bind_close", "bind_ebadf_": "ns_per_bind_ebadf",
+              "close_ebadf_": "ns_per_close_ebadf"}
+    ns = {(f, k): [] for f in fields for k in settings}
     for _ in range(a.repeat):
         for k, env in settings.items():
-            ns[k].append(run_json([exe, "passthrough", str(a.iterations)], env)["ns_per_bind_close"])
+            r = run_json([exe, "passthrough", str(a.iterations)], env)
+            for f, field in fields.items():
+                ns[(f, k)].append(r[field])
     out = {"iterations": a.iterations, "repeat": a.repeat}
-    for k, v in ns.items():
-        out["ns_%s" % k] = round(statistics.median(v), 1)
-        out["ns_%s_runs" % k] = v
-    out["ns_overhead_unset"] = round(out["ns_shim_unset"] - out["ns_no_shim"], 1)
-    out["ns_overhead_outside_range"] = round(out["ns_shim_outside_range"] - out["ns_no_shim"], 1)
+    for (f, k), v in ns.items():
+        out["ns_%s%s" % (f, k)] = round(statistics.median(v), 1)
+        out["ns_%s%s_runs" % (f, k)] = v
+    for f in fields:
+        for k in ("unset", "outside_range"):
+            out["ns_%soverhead_%s" % (f, k)] = round(
+                out["ns_%sshim_%s" % (f, k)] - out["ns_%sno_shim" % f], 1)
 
     with tempfile.TemporaryDirectory(prefix="rdzv-shim-bench-") as d:
         ep_file = os.path.join(d, "endpoint")
