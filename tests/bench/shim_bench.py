@@ -34,6 +34,9 @@ def main():
     ap.add_argument("--port-base", type=int, default=15000)
     ap.add_argument("--plan", type=int, default=512)
     ap.add_argument("--handovers", type=int, default=2000)
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 unless every bind succeeded and every figure is there "
+                         "(the test suite's smoke run; no timing)")
     a = ap.parse_args()
     b = os.path.abspath(a.build)
     exe = os.path.join(b, "tests/bench/rdzv-shim-bench")
@@ -93,6 +96,17 @@ def main():
             srv.wait()
     out["managed"] = m
     print(json.dumps(out))
+    if a.check:
+        want = ["probe", "port0_probe", "handover", "handover_close"]
+        problems = ["managed: %s failed" % m.get("failed")] if m.get("failed") != 0 else []
+        problems += ["managed: no %s" % k for k in want if not m.get(k, {}).get("n")]
+        problems += ["%s missing" % k for k in ("ns_no_shim", "ns_bind_ebadf_overhead_unset",
+                                               "ns_close_ebadf_overhead_outside_range")
+                     if k not in out]
+        for p in problems:
+            print("shim_bench: " + p, file=sys.stderr)
+        return 1 if problems else 0
+    return 0
 
 
 if __name__ == "__main__":
