@@ -2,6 +2,7 @@
  * probe, listener, close, foreign port, exhausted plan, engine gone. */
 #include "agent_lease.h"
 
+#include "check_run.h"
 #include <check.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -153,9 +154,5 @@ static Suite *s_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(s_suite());
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rdzv_check_run(s_suite());
 }

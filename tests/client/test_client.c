@@ -3,6 +3,7 @@
 #include "rdzv.h"
 
 #include <cjson/cJSON.h>
+#include "check_run.h"
 #include <check.h>
 #include <errno.h>
 #include <limits.h>
@@ -452,9 +453,5 @@ static Suite *s_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(s_suite());
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rdzv_check_run(s_suite());
 }

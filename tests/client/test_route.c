@@ -1,6 +1,7 @@
 /* Default host (the local address routing to rdzvd) and node (hostname). */
 #include "route.h"
 
+#include "check_run.h"
 #include <check.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -110,9 +111,5 @@ static Suite *s_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(s_suite());
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rdzv_check_run(s_suite());
 }

@@ -1,6 +1,7 @@
 /* Every kind of bad input against a real rdzvd: each gets its error code,
  * and the server keeps serving a group that is forming meanwhile. */
 #include <arpa/inet.h>
+#include "check_run.h"
 #include <check.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -151,9 +152,5 @@ int main(void)
     tcase_add_test(tc, test_each_bad_input_refused_and_server_serves);
     tcase_add_test(tc, test_garbage_on_the_socket);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rdzv_check_run(s);
 }

@@ -1,5 +1,6 @@
 /* librdzv against a real rdzvd on loopback: ranks are threads, each with its
  * own client and session, joining concurrently as real ranks would. */
+#include "check_run.h"
 #include <check.h>
 #include <pthread.h>
 #include <signal.h>
@@ -296,9 +297,5 @@ int main(void)
     tcase_add_test(tc, test_kv_and_status);
     tcase_add_test(tc, test_background_heartbeat);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rdzv_check_run(s);
 }

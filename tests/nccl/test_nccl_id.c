@@ -4,6 +4,7 @@
 #include "rdzv_util.h"
 
 #include <arpa/inet.h>
+#include "check_run.h"
 #include <check.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -254,9 +255,5 @@ static Suite *s_suite(void)
 
 int main(void)
 {
-    SRunner *runner = srunner_create(s_suite());
-    srunner_run_all(runner, CK_SILENT);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rdzv_check_run(s_suite());
 }

@@ -1,6 +1,7 @@
 /* rdzvd's HTTP endpoint (rendezvous/http.c) on a loopback port, driven by a
  * plain-socket HTTP/1.0 client against a core fed through rdzv_core_handle. */
 #include <arpa/inet.h>
+#include "check_run.h"
 #include <check.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -456,9 +457,5 @@ int main(void)
     tcase_add_test(tc, test_reads_under_the_core_lock);
     tcase_add_test(tc, test_ipv6_loopback);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rdzv_check_run(s);
 }

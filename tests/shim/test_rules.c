@@ -1,6 +1,7 @@
 /* Which binds the shim takes (shim/shim_rules.c), table-driven. */
 #include "shim_rules.h"
 
+#include "check_run.h"
 #include <check.h>
 #include <netinet/in.h>
 #include <stdlib.h>
@@ -78,9 +79,5 @@ static Suite *s_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(s_suite());
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rdzv_check_run(s_suite());
 }

@@ -1,5 +1,6 @@
 /* The rendezvous state machine driven without sockets: requests in, the
  * outbox out. Each test is one rule of docs/protocol.md. */
+#include "check_run.h"
 #include <check.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -607,9 +608,5 @@ int main(void)
     tcase_add_test(tc, test_plans_record);
     tcase_add_test(tc, test_plans_record_escapes_node_names);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rdzv_check_run(s);
 }

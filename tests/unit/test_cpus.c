@@ -1,5 +1,6 @@
 /* Sizing rdzvd's threads (rendezvous/cpus.c): cgroup CPU limits as
  * Kubernetes writes them, and the count never above the affinity mask. */
+#include "check_run.h"
 #include <check.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -75,9 +76,5 @@ int main(void)
     tcase_add_test(tc, test_io_affinity);
     tcase_add_test(tc, test_usable_within_affinity);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rdzv_check_run(s);
 }

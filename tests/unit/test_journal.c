@@ -1,3 +1,4 @@
+#include "check_run.h"
 #include <check.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -181,9 +182,5 @@ int main(void)
     tcase_add_test(tc, test_second_open_refused);
     tcase_add_test(tc, test_frame_layout);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rdzv_check_run(s);
 }

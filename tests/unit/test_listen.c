@@ -1,6 +1,7 @@
 /* The listener group behind rdzvd's shards (rendezvous/listen.c): which
  * endpoints it takes, that its listeners share one port, and that a port
  * already held is refused rather than shared. */
+#include "check_run.h"
 #include <check.h>
 #include <arpa/inet.h>
 #include <errno.h>
@@ -90,9 +91,5 @@ int main(void)
     tcase_add_test(tc, test_group_shares_one_port);
     tcase_add_test(tc, test_bad_endpoint);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rdzv_check_run(s);
 }

@@ -1,3 +1,4 @@
+#include "check_run.h"
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,9 +58,5 @@ int main(void)
     tcase_add_test(tc, test_json_quotes_words_and_level);
     tcase_add_test(tc, test_json_escapes);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rdzv_check_run(s);
 }

@@ -1,3 +1,4 @@
+#include "check_run.h"
 #include <check.h>
 #include <stdlib.h>
 
@@ -125,9 +126,5 @@ int main(void)
     tcase_add_test(tc, test_unaligned_block_skipped_to_grid);
     tcase_add_test(tc, test_place_keeps_or_takes_lowest);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_ENV);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rdzv_check_run(s);
 }
