@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import textwrap
+import threading
 import time
 
 from faultlib import (BASE, Fail, LIMIT, PY, Server, Skip, TAP, check, group_of, join_async,
@@ -136,6 +137,29 @@ def need_shim(opts):
         raise Skip("preloading a sanitizer-built shim into python aborts; plain build only")
 
 
+def start_agents(opts, srv, group, world):
+    """One agent per rank of group, started at once: each waits in its join
+    for the others, so one after another would never finish."""
+    agents, errs = [None] * world, []
+
+    def start(rank):
+        try:
+            agents[rank] = Agent(opts, srv, srv.tmp, group=group, rank=rank, world=world)
+        except Exception as e:     # noqa: BLE001 (reported below)
+            errs.append(e)
+    ts = [threading.Thread(target=start, args=(r,)) for r in range(world)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    if errs:
+        for a in agents:             # the caller never sees them: stop them here
+            if a:
+                a.close()
+    check(not errs, "agents did not start: %s" % errs)
+    return agents
+
+
 def case_agent_sigkill(opts):
     """SIGKILL the agent while an engine holds a listener handed over by the
     shim; then start the agent again."""
@@ -219,22 +243,8 @@ def case_rdzvd_restart_reservations(opts):
     agents = []
     try:
         procs = []
-        agents = [None, None]
         # Two ranks on one node: start both, each waits for the other.
-        import threading
-        errs = []
-
-        def start(rank):
-            try:
-                agents[rank] = Agent(opts, srv, srv.tmp, group="res", rank=rank, world=2)
-            except Exception as e:     # noqa: BLE001 (reported below)
-                errs.append(e)
-        ts = [threading.Thread(target=start, args=(r,)) for r in range(2)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        check(not errs, "agents did not start: %s" % errs)
+        agents = start_agents(opts, srv, "res", 2)
         plan = [agents[r].ports() for r in range(2)]
         env_before = [agents[r].env() for r in range(2)]
         all_ports = plan[0] + plan[1]
@@ -295,21 +305,7 @@ def case_dead_rank(opts):
     srv = Server(opts, extra=["--dead-after", "2"])
     agents = []
     try:
-        import threading
-        agents = [None, None]
-        errs = []
-
-        def start(rank):
-            try:
-                agents[rank] = Agent(opts, srv, srv.tmp, group="live", rank=rank, world=2)
-            except Exception as e:     # noqa: BLE001
-                errs.append(e)
-        ts = [threading.Thread(target=start, args=(r,)) for r in range(2)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        check(not errs, "agents did not start: %s" % errs)
+        agents = start_agents(opts, srv, "live", 2)
         time.sleep(3)
         rc, st, _ = status(opts, srv.endpoint, "live")
         g = group_of(st, "live")
