@@ -224,9 +224,19 @@ def summarize(a, sizes, runs, variants, reps_done, quiet):
             fo.write("\n".join(dat) + "\n")
 
 
-def have_torch(python):
-    return subprocess.run([python, "-c", "import torch.distributed as d; d.TCPStore"],
-                          capture_output=True).returncode == 0
+def tcpstore_missing(python):
+    """Why python cannot run the TCPStore half, or None: it needs torch with
+    the libuv store (use_libuv, torch >= 2.3), what torchrun and vLLM use."""
+    probe = ("import datetime, torch.distributed as d\n"
+             "d.TCPStore('127.0.0.1', 0, None, True, datetime.timedelta(seconds=5),\n"
+             "           wait_for_workers=False, use_libuv=True)\n")
+    p = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120)
+    if p.returncode == 0:
+        return None
+    last = (p.stderr.strip().splitlines() or ["?"])[-1]
+    if "ModuleNotFoundError" in last:
+        return "no torch in %s" % python
+    return "%s has no libuv TCPStore (%s)" % (python, last[:120])
 
 
 def med(v):
@@ -267,9 +277,10 @@ def main():
             ap.error("--variant wants NAME=\"RDZVD ARGS\", not %r" % v)
         variants.append((name, args.split()))
     raise_nofile()
-    torch_ok = not a.skip_torch and have_torch(a.python)
+    missing = "--skip-torch" if a.skip_torch else tcpstore_missing(a.python)
+    torch_ok = missing is None
     if not torch_ok:
-        print("# TCPStore: skipped (no torch in %s)" % a.python, flush=True)
+        print("# TCPStore: skipped (%s)" % missing, flush=True)
     sizes = [int(x) for x in a.ranks.split(",")]
     runs = {n: {"rdzv": [], "floor": [], "tcpstore": [], "rdzv_cpu": [], "tcpstore_cpu": [],
                 "rdzv_rss": [], "tcpstore_rss": [], "release_p99": [],
