@@ -52,10 +52,11 @@ char *bench_join_json(const char *group, int world, int rank, const char *node,
  * `rank`, else 0. */
 int bench_check_reply(const char *text, size_t len, int rank, int *port);
 
-/* The floor: a minimal epoll server. Forks it, listening on 127.0.0.1:0;
- * it answers every connection once `expect` requests have arrived, then
- * exits when its peers close. Returns its pid, the port in *port. */
-int bench_floor_spawn(size_t expect, size_t reply_bytes, int *port);
+/* The floor (floor.c): a minimal epoll server. Forks it, listening on
+ * 127.0.0.1:0; it answers every connection once `expect` requests have
+ * arrived, `threads` writers a slice each, then exits when its peers close.
+ * Returns its pid, the port in *port. */
+int bench_floor_spawn(size_t expect, size_t reply_bytes, int threads, int *port);
 /* The libzmq reference: a bare ROUTER that answers every DEALER with a
  * minimal assignment once `expect` joins have arrived (what any zmq server
  * pays before doing any work of its own). */

@@ -49,6 +49,7 @@ typedef struct {
     const char *extra[16];
     int nextra;
     size_t floor_reply;
+    int floor_threads;
 } s_opts_t;
 
 typedef struct {
@@ -67,6 +68,7 @@ static void s_usage(FILE *f)
         "  --preload K         rdzvd already holds K complete groups (world 1) before t0\n"
         "  --fsync on|off      rdzvd's journal fsync (default on)\n"
         "  --floor             also time the floor: a bare epoll server, same N connections\n"
+        "  --floor-threads T   the floor answers with T threads, a slice each (default 1)\n"
         "  --zmq-floor         also time a bare libzmq ROUTER doing the same (libzmq's own cost)\n"
         "  --no-rdzv           only the floor(s)\n"
         "  --straggler MS      hold the last rank back MS ms after the others (isolates the\n"
@@ -94,6 +96,7 @@ static int s_parse(int argc, char **argv, s_opts_t *o)
         { "timeout", required_argument, 0, 't' }, { "perf", required_argument, 0, 'P' },
         { "rdzvd-arg", required_argument, 0, 'a' }, { "help", no_argument, 0, 'h' },
         { "rdzvd-log", required_argument, 0, 'L' }, { "busy-poll", no_argument, 0, 'B' },
+        { "floor-threads", required_argument, 0, 'T' },
         { 0, 0, 0, 0 },
     };
     int c;
@@ -122,6 +125,7 @@ static int s_parse(int argc, char **argv, s_opts_t *o)
         case 'P': o->perf = optarg; break;
         case 'L': o->rdzvd_log = optarg; break;
         case 'B': o->busy_poll = true; break;
+        case 'T': o->floor_threads = atoi(optarg); break;
         case 'a':
             if (o->nextra >= 16)
                 return -1;
@@ -132,7 +136,7 @@ static int s_parse(int argc, char **argv, s_opts_t *o)
         }
     }
     if (o->ranks < 1 || o->processes < 1 || o->groups < 1 || o->ranks % o->groups
-        || o->preload < 0 || o->timeout_s < 1
+        || o->preload < 0 || o->timeout_s < 1 || o->floor_threads < 1 || o->floor_threads > 64
         || (strcmp(o->simulator, "lean") && strcmp(o->simulator, "librdzv"))
         || (o->rdzv && !o->rdzvd) || (!o->rdzv && !o->floor && !o->zmq_floor)) {
         fprintf(stderr, "rdzv-bench: bad options (ranks must divide into groups; --rdzvd is "
@@ -544,7 +548,7 @@ static int s_run(const s_opts_t *o, int port, int mode, pid_t server_pid,
     if (pipe(sy.ready) || pipe(sy.go) || pipe(sy.done) || pipe(sy.quit))
         return -1;
     memset(out, 0, sizeof *out * (size_t) o->ranks);
-    int nproc = o->processes + (o->straggler_ms > 0 && o->ranks > 1 && mode != MODE_FLOOR ? 1 : 0);
+    int nproc = o->processes + (o->straggler_ms > 0 && o->ranks > 1 ? 1 : 0);
     pid_t *pids = calloc((size_t) nproc, sizeof *pids);
     for (int w = 0; w < nproc; w++) {
         pids[w] = fork();
@@ -641,7 +645,7 @@ int main(int argc, char **argv)
     long online = sysconf(_SC_NPROCESSORS_ONLN);
     s_opts_t o = { .ranks = 4096, .processes = online > 0 ? (int) online : 2,
                    .simulator = "lean", .groups = 1, .fsync = true, .rdzv = true,
-                   .timeout_s = 120, .floor_reply = 0 };
+                   .timeout_s = 120, .floor_reply = 0, .floor_threads = 1 };
     if (s_parse(argc, argv, &o) < 0)
         return 2;
     signal(SIGPIPE, SIG_IGN);
@@ -689,7 +693,7 @@ int main(int argc, char **argv)
     }
     if (o.floor) {
         int port = 0;
-        pid_t fsrv = bench_floor_spawn((size_t) o.ranks, 600, &port);
+        pid_t fsrv = bench_floor_spawn((size_t) o.ranks, 600, o.floor_threads, &port);
         if (fsrv < 0) {
             perror("floor");
             return 1;
@@ -751,14 +755,16 @@ int main(int argc, char **argv)
     }
     if (o.floor)
         printf(",\"floor_assigned\":%zu,\"floor_seconds\":%.4f,\"floor_join_seconds\":%.4f,"
-               "\"floor_p99_ms\":%.3f,\"floor_server_cpu_s\":%.3f,\"floor_server_rss_mib\":%.2f",
-               fl.assigned, fl.wall_seconds, fl.seconds, fl.p99, fafter.cpu_s - fbefore.cpu_s,
-               fafter.rss_mib);
+               "\"floor_p99_ms\":%.3f,\"floor_threads\":%d,\"floor_release_min_ms\":%.3f,\"floor_release_p50_ms\":%.3f,"
+               "\"floor_release_p99_ms\":%.3f,\"floor_server_cpu_s\":%.3f,\"floor_server_rss_mib\":%.2f",
+               fl.assigned, fl.wall_seconds, fl.seconds, fl.p99, o.floor_threads, fl.rel_min, fl.rel_p50, fl.rel_p99,
+               fafter.cpu_s - fbefore.cpu_s, fafter.rss_mib);
     if (o.zmq_floor)
-        printf(",\"zmq_assigned\":%zu,\"zmq_seconds\":%.4f,\"zmq_release_p99_ms\":%.3f,"
+        printf(",\"zmq_assigned\":%zu,\"zmq_seconds\":%.4f,\"zmq_release_min_ms\":%.3f,"
+               "\"zmq_release_p50_ms\":%.3f,\"zmq_release_p99_ms\":%.3f,"
                "\"zmq_p99_ms\":%.3f,\"zmq_server_cpu_s\":%.3f,\"zmq_server_rss_mib\":%.2f,"
                "\"zmq_server_kib_per_rank\":%.2f,\"zmq_server_cpu_us_per_rank\":%.1f",
-               zs.assigned, zs.wall_seconds, zs.rel_p99, zs.p99, zafter.cpu_s - zbefore.cpu_s,
+               zs.assigned, zs.wall_seconds, zs.rel_min, zs.rel_p50, zs.rel_p99, zs.p99, zafter.cpu_s - zbefore.cpu_s,
                zafter.rss_mib, (zafter.rss_mib - zidle.rss_mib) * 1024.0 / o.ranks,
                (zafter.cpu_s - zbefore.cpu_s) * 1e6 / o.ranks);
     printf(",\"ok\":%s}\n", rc == 0 ? "true" : "false");
