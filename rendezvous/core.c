@@ -246,7 +246,8 @@ void rdzv_core_reply(rdzv_core_t *self, const rdzv_peer_t *peer, char *text)
         free(text);
         return;
     }
-    *slot = (rdzv_reply_t) { .text = text };
+    slot->text = text;
+    slot->shared = NULL;
     rdzv_peer_copy(&slot->peer, peer);
 }
 

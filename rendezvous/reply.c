@@ -1,6 +1,5 @@
 #include "reply.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,12 +30,12 @@ void rdzv_shared_unref(rdzv_shared_t **shared_p)
         free(shared);
 }
 
-char *rdzv_put_int(char *p, int v)
+char *rdzv_put_i64(char *p, int64_t v)
 {
     if (v < 0)
         *p++ = '-';
-    unsigned u = v < 0 ? 0u - (unsigned) v : (unsigned) v;
-    char tmp[12];
+    uint64_t u = v < 0 ? 0u - (uint64_t) v : (uint64_t) v;
+    char tmp[20];
     int n = 0;
     do {
         tmp[n++] = (char) ('0' + u % 10);
@@ -44,6 +43,47 @@ char *rdzv_put_int(char *p, int v)
     } while (u);
     while (n)
         *p++ = tmp[--n];
+    return p;
+}
+
+char *rdzv_put_int(char *p, int v)
+{
+    return rdzv_put_i64(p, v);
+}
+
+static char *s_put(char *p, const char *lit, size_t len)
+{
+    memcpy(p, lit, len);
+    return p + len;
+}
+#define S_PUT(p, lit) s_put((p), (lit), sizeof(lit) - 1)
+
+/* first, first+1, ... as "a,b,c": each number is the previous one with its
+ * decimal digits incremented in place, not divided out again (a rank's
+ * block is 32 ports by default, and a release formats every rank's). */
+static char *s_put_run(char *p, int first, int count)
+{
+    if (count <= 0 || first < 0)
+        return p;
+    char digits[16];
+    char *end = rdzv_put_int(digits, first);
+    size_t n = (size_t) (end - digits);
+    for (int i = 0; i < count; i++) {
+        if (i) {
+            *p++ = ',';
+            size_t k = n;
+            while (k > 0 && digits[k - 1] == '9')
+                digits[--k] = '0';
+            if (k > 0) {
+                digits[k - 1]++;
+            } else {                 /* 99 -> 100: one digit more */
+                memmove(digits + 1, digits, n++);
+                digits[0] = '1';
+            }
+        }
+        memcpy(p, digits, n);
+        p += n;
+    }
     return p;
 }
 
@@ -55,14 +95,19 @@ int rdzv_reply_render(rdzv_reply_t *reply)
     char *text = malloc(cap);
     if (!text)
         return -1;
-    int n = snprintf(text, cap, "{\"v\":1,\"id\":%lld,\"ok\":true,\"assignment\":{\"rank\":%d,"
-                     "\"ports\":[", (long long) reply->peer.req, reply->rank);
-    char *p = text + n;
-    for (int i = 0; i < reply->ports; i++) {
-        if (i)
-            *p++ = ',';
-        p = rdzv_put_int(p, reply->first_port + i);
-    }
+    char *p = S_PUT(text, "{\"v\":1,\"id\":");
+    p = rdzv_put_i64(p, reply->peer.req);
+    p = S_PUT(p, ",\"ok\":true,\"assignment\":{\"rank\":");
+    p = rdzv_put_int(p, reply->rank);
+    p = S_PUT(p, ",\"ports\":[");
+    if (reply->first_port >= 0)
+        p = s_put_run(p, reply->first_port, reply->ports);
+    else
+        for (int i = 0; i < reply->ports; i++) {
+            if (i)
+                *p++ = ',';
+            p = rdzv_put_int(p, reply->first_port + i);
+        }
     *p++ = ']';
     *p++ = ',';
     memcpy(p, reply->shared->text, reply->shared->len);
@@ -72,7 +117,6 @@ int rdzv_reply_render(rdzv_reply_t *reply)
     rdzv_shared_unref(&reply->shared);
     return 0;
 }
-
 void rdzv_peer_copy(rdzv_peer_t *dst, const rdzv_peer_t *src)
 {
     size_t len = src->len < sizeof dst->id ? src->len : sizeof dst->id;

@@ -13,12 +13,14 @@
 #define RDZV_PEER_MAX 256
 
 /* Where a reply goes: the server shard whose ROUTER socket the request came
- * in on, that socket's identity for the connection, and the request id. */
+ * in on, that socket's identity for the connection, and the request id.
+ * The identity comes last: libzmq's own are 5 bytes, so a peer's used
+ * bytes share one cache line and a release touches one line per rank. */
 typedef struct {
-    unsigned char id[RDZV_PEER_MAX];
     size_t len;
     int64_t req;
     int shard;
+    unsigned char id[RDZV_PEER_MAX];
 } rdzv_peer_t;
 
 /* The fields every rank's assignment of one epoch shares, as JSON object
@@ -34,10 +36,10 @@ rdzv_shared_t *rdzv_shared_ref(rdzv_shared_t *shared);
 void rdzv_shared_unref(rdzv_shared_t **shared_p);
 
 typedef struct {
-    rdzv_peer_t peer;
     char *text;                  /* malloc'd JSON; NULL for an assignment not yet formatted */
     rdzv_shared_t *shared;       /* that assignment's parts */
     int rank, first_port, ports;
+    rdzv_peer_t peer;            /* last, for the same reason as its id */
 } rdzv_reply_t;
 
 /* Formats an assignment reply into text (needs no core state: any thread).
@@ -53,5 +55,6 @@ void rdzv_reply_clear(rdzv_reply_t *reply);
 /* Writes v in decimal at p; returns the end (snprintf per integer was most
  * of a large release's formatting time). */
 char *rdzv_put_int(char *p, int v);
+char *rdzv_put_i64(char *p, int64_t v);
 
 #endif

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "proto.h"
+#include "reply.h"
 #include "rdzv_proto.h"
 
 typedef struct {
@@ -114,6 +115,38 @@ START_TEST(test_max_world_option)
 }
 END_TEST
 
+/* The assignment text, field by field, against what cJSON reads back: the
+ * ports are formatted by incrementing digits, so cross 9 -> 10, 99 -> 100,
+ * 9999 -> 10000, and start anywhere. */
+START_TEST(test_render_assignment)
+{
+    static const struct { int first, count; int64_t id; } cases[] = {
+        { 8, 4, 1 }, { 95, 10, -3 }, { 9990, 20, 9007199254740991LL },
+        { 19500, 32, 0 }, { 65534, 2, 42 }, { 0, 1, 7 }, { 1000, 0, 5 },
+    };
+    const char *fields = "\"group\":\"g\\\"q\",\"world\":2";
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        rdzv_reply_t reply = { .rank = 3, .first_port = cases[c].first,
+                               .ports = cases[c].count, .peer.req = cases[c].id,
+                               .shared = rdzv_shared_new(fields, strlen(fields)) };
+        ck_assert_int_eq(rdzv_reply_render(&reply), 0);
+        ck_assert_ptr_null(reply.shared);
+        cJSON *root = cJSON_Parse(reply.text);
+        ck_assert_msg(root != NULL, "not JSON: %s", reply.text);
+        ck_assert_double_eq(cJSON_GetObjectItem(root, "id")->valuedouble, (double) cases[c].id);
+        cJSON *a = cJSON_GetObjectItem(root, "assignment");
+        ck_assert_int_eq(cJSON_GetObjectItem(a, "rank")->valueint, 3);
+        ck_assert_str_eq(cJSON_GetObjectItem(a, "group")->valuestring, "g\"q");
+        cJSON *ports = cJSON_GetObjectItem(a, "ports");
+        ck_assert_int_eq(cJSON_GetArraySize(ports), cases[c].count);
+        for (int i = 0; i < cases[c].count; i++)
+            ck_assert_int_eq(cJSON_GetArrayItem(ports, i)->valueint, cases[c].first + i);
+        cJSON_Delete(root);
+        rdzv_reply_clear(&reply);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("proto");
@@ -123,5 +156,8 @@ int main(void)
     tcase_add_test(tc, test_error_keeps_id_and_oversize);
     tcase_add_test(tc, test_max_world_option);
     suite_add_tcase(s, tc);
+    TCase *tr = tcase_create("rdzv_reply_render");
+    tcase_add_test(tr, test_render_assignment);
+    suite_add_tcase(s, tr);
     return rdzv_check_run(s);
 }
