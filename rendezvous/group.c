@@ -134,9 +134,19 @@ static bool s_int_item(const cJSON *item, int lo, int hi, int *out)
     return true;
 }
 
-/* "plans": the blocks one release laid out, as three parallel arrays (one
- * record per release rather than one per rank: a 1024-rank release wrote
- * 1024 records before). All or nothing. */
+/* The node a "plans" record puts block i on: its "nodes" entry (journals
+ * written before 2026-11-30 name each), else the rank's node as its join
+ * record before this one left it. NULL if neither. */
+static const char *s_plans_node(const rdzv_group_t *g, const cJSON *node_item, int rank)
+{
+    if (node_item)
+        return cJSON_IsString(node_item) ? node_item->valuestring : NULL;
+    return g->members[rank] ? g->members[rank]->node : NULL;
+}
+
+/* "plans": the blocks one release laid out, as parallel arrays (one record
+ * per release rather than one per rank: a 1024-rank release wrote 1024
+ * records before). All or nothing. */
 static int s_apply_plans(rdzv_core_t *self, rdzv_group_t *g, const cJSON *rec)
 {
     const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(rec, "ranks");
@@ -144,24 +154,26 @@ static int s_apply_plans(rdzv_core_t *self, rdzv_group_t *g, const cJSON *rec)
     const cJSON *starts = cJSON_GetObjectItemCaseSensitive(rec, "starts");
     int64_t count;
     if (s_num(rec, "count", &count) < 0 || count <= 0 || count > 65536 || !cJSON_IsArray(ranks)
-        || !cJSON_IsArray(nodes) || !cJSON_IsArray(starts))
+        || (nodes && !cJSON_IsArray(nodes)) || !cJSON_IsArray(starts))
         return -1;
     int n = cJSON_GetArraySize(ranks);
-    if (cJSON_GetArraySize(nodes) != n || cJSON_GetArraySize(starts) != n)
+    if ((nodes && cJSON_GetArraySize(nodes) != n) || cJSON_GetArraySize(starts) != n)
         return -1;
-    const cJSON *r = ranks->child, *nd = nodes->child, *st = starts->child;
+    const cJSON *r = ranks->child, *nd = nodes ? nodes->child : NULL, *st = starts->child;
     int done = 0, rank = 0, start = 0;
-    for (; done < n; done++, r = r->next, nd = nd->next, st = st->next) {
-        if (!s_int_item(r, 0, g->world - 1, &rank) || !cJSON_IsString(nd)
+    for (; done < n; done++, r = r->next, nd = nd ? nd->next : NULL, st = st->next) {
+        const char *node = NULL;
+        if (!s_int_item(r, 0, g->world - 1, &rank) || !(node = s_plans_node(g, nd, rank))
             || !s_int_item(st, 0, 65535, &start)
-            || rdzv_plans_record(self->plans, nd->valuestring, g->name, rank, start,
-                                 (int) count) < 0)
+            || rdzv_plans_record(self->plans, node, g->name, rank, start, (int) count) < 0)
             break;
     }
     if (done == n)
         return 0;
-    for (r = ranks->child, nd = nodes->child; done-- > 0; r = r->next, nd = nd->next)
-        rdzv_plans_forget(self->plans, nd->valuestring, g->name, (int) r->valuedouble);
+    for (r = ranks->child, nd = nodes ? nodes->child : NULL; done-- > 0;
+         r = r->next, nd = nd ? nd->next : NULL)
+        rdzv_plans_forget(self->plans, s_plans_node(g, nd, (int) r->valuedouble), g->name,
+                          (int) r->valuedouble);
     return -1;
 }
 

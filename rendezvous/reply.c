@@ -58,33 +58,33 @@ static char *s_put(char *p, const char *lit, size_t len)
 }
 #define S_PUT(p, lit) s_put((p), (lit), sizeof(lit) - 1)
 
-/* first, first+1, ... as "a,b,c": each number is the previous one with its
- * decimal digits incremented in place, not divided out again (a rank's
- * block is 32 ports by default, and a release formats every rank's). */
-static char *s_put_run(char *p, int first, int count)
+void rdzv_decimal_set(rdzv_decimal_t *d, int v)
 {
-    if (count <= 0 || first < 0)
-        return p;
-    char digits[16];
-    char *end = rdzv_put_int(digits, first);
-    size_t n = (size_t) (end - digits);
-    for (int i = 0; i < count; i++) {
-        if (i) {
-            *p++ = ',';
-            size_t k = n;
-            while (k > 0 && digits[k - 1] == '9')
-                digits[--k] = '0';
-            if (k > 0) {
-                digits[k - 1]++;
-            } else {                 /* 99 -> 100: one digit more */
-                memmove(digits + 1, digits, n++);
-                digits[0] = '1';
-            }
+    d->v = v;
+    d->n = (size_t) (rdzv_put_int(d->digits, v) - d->digits);
+}
+
+/* The next number is usually the last one plus one (a block's ports, a
+ * release's ranks) or the same (a release's first ports): its digits are
+ * then the last ones incremented in place, not divided out again. */
+char *rdzv_decimal_put(rdzv_decimal_t *d, char *p, int v)
+{
+    if (v == d->v + 1 && v > 0 && d->v >= 0) {
+        size_t k = d->n;
+        while (k > 0 && d->digits[k - 1] == '9')
+            d->digits[--k] = '0';
+        if (k > 0) {
+            d->digits[k - 1]++;
+        } else {                     /* 99 -> 100: one digit more */
+            memmove(d->digits + 1, d->digits, d->n++);
+            d->digits[0] = '1';
         }
-        memcpy(p, digits, n);
-        p += n;
+        d->v = v;
+    } else if (v != d->v) {
+        rdzv_decimal_set(d, v);
     }
-    return p;
+    memcpy(p, d->digits, d->n);
+    return p + d->n;
 }
 
 int rdzv_reply_render(rdzv_reply_t *reply)
@@ -100,14 +100,13 @@ int rdzv_reply_render(rdzv_reply_t *reply)
     p = S_PUT(p, ",\"ok\":true,\"assignment\":{\"rank\":");
     p = rdzv_put_int(p, reply->rank);
     p = S_PUT(p, ",\"ports\":[");
-    if (reply->first_port >= 0)
-        p = s_put_run(p, reply->first_port, reply->ports);
-    else
-        for (int i = 0; i < reply->ports; i++) {
-            if (i)
-                *p++ = ',';
-            p = rdzv_put_int(p, reply->first_port + i);
-        }
+    rdzv_decimal_t d;
+    rdzv_decimal_set(&d, reply->first_port);
+    for (int i = 0; i < reply->ports; i++) {
+        if (i)
+            *p++ = ',';
+        p = rdzv_decimal_put(&d, p, reply->first_port + i);
+    }
     *p++ = ']';
     *p++ = ',';
     memcpy(p, reply->shared->text, reply->shared->len);

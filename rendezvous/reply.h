@@ -57,4 +57,14 @@ void rdzv_reply_clear(rdzv_reply_t *reply);
 char *rdzv_put_int(char *p, int v);
 char *rdzv_put_i64(char *p, int64_t v);
 
+/* A sequence of integers written in decimal, each after the one before:
+ * set the first, then put each (the first too). */
+typedef struct {
+    char digits[16];
+    size_t n;
+    int v;
+} rdzv_decimal_t;
+void rdzv_decimal_set(rdzv_decimal_t *d, int v);
+char *rdzv_decimal_put(rdzv_decimal_t *d, char *p, int v);
+
 #endif

@@ -364,11 +364,15 @@ START_TEST(test_compaction_keeps_state)
 }
 END_TEST
 
-/* Replay collector: counts record types and keeps every record, with each
- * "plans" record split into the one-block "plan" records older rdzvd wrote. */
+/* Replay collector: counts record types and keeps every record twice over:
+ * with each "plans" record split into the one-block "plan" records of
+ * rdzvd 0.1.0 (old_style), and with the node of each block named in it
+ * (named_nodes, as rdzvd wrote "plans" until 2026-11-30). A block's node is
+ * its rank's as the last join record before the "plans" record left it. */
 typedef struct {
-    int plans, plan;
-    cJSON *old_style;
+    int plans, plan, named;
+    cJSON *old_style, *named_nodes;
+    char node_of[16][32];        /* by rank, the group's last join */
 } s_journal_scan_t;
 
 static int s_scan_record(void *arg, const cJSON *rec)
@@ -376,30 +380,43 @@ static int s_scan_record(void *arg, const cJSON *rec)
     s_journal_scan_t *scan = arg;
     const char *type = cJSON_GetObjectItem(rec, "t")->valuestring;
     scan->plan += strcmp(type, "plan") == 0;
+    if (strcmp(type, "join") == 0) {
+        int rank = (int) cJSON_GetObjectItem(rec, "rank")->valuedouble;
+        ck_assert_int_lt(rank, 16);
+        snprintf(scan->node_of[rank], sizeof scan->node_of[rank], "%s",
+                 cJSON_GetObjectItem(rec, "node")->valuestring);
+    }
     if (strcmp(type, "plans") != 0) {
         cJSON_AddItemToArray(scan->old_style, cJSON_Duplicate(rec, 1));
+        cJSON_AddItemToArray(scan->named_nodes, cJSON_Duplicate(rec, 1));
         return 0;
     }
     scan->plans++;
-    const cJSON *ranks = cJSON_GetObjectItem(rec, "ranks"), *nodes = cJSON_GetObjectItem(rec, "nodes");
+    scan->named += cJSON_GetObjectItem(rec, "nodes") != NULL;
+    const cJSON *ranks = cJSON_GetObjectItem(rec, "ranks");
     const cJSON *starts = cJSON_GetObjectItem(rec, "starts");
+    cJSON *named = cJSON_Duplicate(rec, 1), *nodes = cJSON_AddArrayToObject(named, "nodes");
     for (int i = 0; i < cJSON_GetArraySize(ranks); i++) {
+        const char *node = scan->node_of[(int) cJSON_GetArrayItem(ranks, i)->valuedouble];
+        cJSON_AddItemToArray(nodes, cJSON_CreateString(node));
         cJSON *one = cJSON_CreateObject();
         cJSON_AddStringToObject(one, "t", "plan");
         cJSON_AddStringToObject(one, "g", cJSON_GetObjectItem(rec, "g")->valuestring);
         cJSON_AddNumberToObject(one, "rank", cJSON_GetArrayItem(ranks, i)->valuedouble);
-        cJSON_AddStringToObject(one, "node", cJSON_GetArrayItem(nodes, i)->valuestring);
+        cJSON_AddStringToObject(one, "node", node);
         cJSON_AddNumberToObject(one, "start", cJSON_GetArrayItem(starts, i)->valuedouble);
         cJSON_AddNumberToObject(one, "count", cJSON_GetObjectItem(rec, "count")->valuedouble);
         cJSON_AddItemToArray(scan->old_style, one);
     }
+    cJSON_AddItemToArray(scan->named_nodes, named);
     return 0;
 }
 
 static s_journal_scan_t s_scan_journal(void)
 {
     char err[256];
-    s_journal_scan_t scan = { .old_style = cJSON_CreateArray() };
+    s_journal_scan_t scan = { .old_style = cJSON_CreateArray(),
+                              .named_nodes = cJSON_CreateArray() };
     rdzv_journal_t *j = rdzv_journal_open(dir, false, err, sizeof err);
     ck_assert_msg(j != NULL, "%s", err);
     size_t torn = 0;
@@ -417,8 +434,9 @@ static void s_rewrite_journal(const cJSON *records)
     rdzv_journal_destroy(&j);
 }
 
-/* A release writes its new port blocks as one "plans" record; journals of
- * the one-"plan"-per-block kind still replay to the same state. */
+/* A release writes its new port blocks as one "plans" record without node
+ * names; journals of the one-"plan"-per-block kind, and "plans" records
+ * that name each block's node, still replay to the same state. */
 START_TEST(test_plans_record)
 {
     for (int r = 0; r < 6; r++)
@@ -428,17 +446,23 @@ START_TEST(test_plans_record)
     rdzv_core_destroy(&core);
     s_journal_scan_t scan = s_scan_journal();
     ck_assert_int_eq(scan.plans, 1);
+    ck_assert_int_eq(scan.named, 0);
     ck_assert_int_eq(scan.plan, 0);
     ck_assert_int_eq(cJSON_GetArraySize(scan.old_style), 1 + 6 + 6 + 1);   /* group, joins, plan, complete */
 
-    s_rewrite_journal(scan.old_style);
-    s_open();
-    ck_assert_int_eq(rdzv_plans_count(core->plans, "n0"), 3);
-    s_join(4, "g", 6, 4, "n1", "s");
-    char *after = cJSON_PrintUnformatted(s_assignment(4));
-    ck_assert_str_eq(before, after);
-    s_clear_replies();
-    rdzv_core_destroy(&core);
+    const cJSON *kinds[2] = { scan.old_style, scan.named_nodes };
+    for (int k = 0; k < 2; k++) {
+        s_rewrite_journal(kinds[k]);
+        s_open();
+        ck_assert_int_eq(rdzv_plans_count(core->plans, "n0"), 3);
+        ck_assert_int_eq(rdzv_plans_count(core->plans, "n1"), 3);
+        s_join(4, "g", 6, 4, "n1", "s");
+        char *after = cJSON_PrintUnformatted(s_assignment(4));
+        ck_assert_str_eq(before, after);
+        free(after);
+        s_clear_replies();
+        rdzv_core_destroy(&core);
+    }
 
     /* A "plans" record whose arrays disagree is corruption, not half a plan. */
     cJSON *bad = cJSON_CreateArray();
@@ -468,13 +492,36 @@ START_TEST(test_plans_record)
     ck_assert_ptr_null(core);
     cJSON_Delete(bad);
     cJSON_Delete(scan.old_style);
+    cJSON_Delete(scan.named_nodes);
     free(before);
-    free(after);
 }
 END_TEST
 
-/* Node names are free text: the "plans" record must carry quotes,
- * backslashes and UTF-8 through the journal unchanged. */
+/* A block recorded by a "plans" record is on its rank's node of that
+ * epoch: a rank that later rejoins from another node gets a new block
+ * there, and after a restart both blocks are where they were. */
+START_TEST(test_plans_record_rank_moves_node)
+{
+    s_join(0, "g", 2, 0, "n0", "s0");
+    s_join(1, "g", 2, 1, "n1", "s1");
+    ck_assert_int_eq(s_field(s_assignment(1), "epoch"), 1);
+    s_clear_replies();
+    s_join(1, "g", 2, 1, "n2", "s1b");           /* rank 1's Pod moved */
+    s_join(0, "g", 2, 0, "n0", "s0");
+    ck_assert_int_eq(s_field(s_assignment(1), "epoch"), 2);
+    ck_assert_int_eq(rdzv_plans_find(core->plans, "n2", "g", 1), 19500);
+    s_clear_replies();
+    rdzv_core_destroy(&core);
+    s_open();
+    ck_assert_int_eq(rdzv_plans_find(core->plans, "n0", "g", 0), 19500);
+    ck_assert_int_eq(rdzv_plans_find(core->plans, "n1", "g", 1), 19500);
+    ck_assert_int_eq(rdzv_plans_find(core->plans, "n2", "g", 1), 19500);
+    ck_assert_int_eq(rdzv_plans_count(core->plans, "n2"), 1);
+}
+END_TEST
+
+/* Node names are free text: they must reach the plans through the journal
+ * (the join records) unchanged, quotes, backslashes and UTF-8 included. */
 START_TEST(test_plans_record_escapes_node_names)
 {
     /* JSON text of the names; the names are q"u\o and p\xc3\xb6d. */
@@ -607,6 +654,7 @@ int main(void)
     tcase_add_test(tc, test_limits);
     tcase_add_test(tc, test_plans_record);
     tcase_add_test(tc, test_plans_record_escapes_node_names);
+    tcase_add_test(tc, test_plans_record_rank_moves_node);
     suite_add_tcase(s, tc);
     return rdzv_check_run(s);
 }

@@ -1,5 +1,6 @@
 #include "check_run.h"
 #include <check.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,6 +148,22 @@ START_TEST(test_render_assignment)
 }
 END_TEST
 
+/* Any sequence comes out as snprintf would write it, whatever the steps. */
+START_TEST(test_decimal_sequence)
+{
+    static const int v[] = { 5, 6, 6, 9, 10, 99, 100, 101, -1, 0, 1, 9, 10, 19500, 19532,
+                             19532, 19533, -2147483647 - 1, 2147483646, 2147483647, 0 };
+    rdzv_decimal_t d;
+    rdzv_decimal_set(&d, v[0]);
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        char got[32], want[32];
+        *rdzv_decimal_put(&d, got, v[i]) = '\0';
+        snprintf(want, sizeof want, "%d", v[i]);
+        ck_assert_str_eq(got, want);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("proto");
@@ -158,6 +175,7 @@ int main(void)
     suite_add_tcase(s, tc);
     TCase *tr = tcase_create("rdzv_reply_render");
     tcase_add_test(tr, test_render_assignment);
+    tcase_add_test(tr, test_decimal_sequence);
     suite_add_tcase(s, tr);
     return rdzv_check_run(s);
 }
