@@ -302,22 +302,18 @@ static void s_reload(rdzv_core_t *self)
     }
 }
 
-int rdzv_core_commit(rdzv_core_t *self)
+/* Writes what is queued; on a failed write (this one or an earlier one of
+ * the batch) the change never reached the file: nobody may learn of it,
+ * every queued reply becomes an error, and memory goes back to what the
+ * file holds. Clients resend their joins. 0 or -1. */
+static int s_write(rdzv_core_t *self)
 {
-    if (!rdzv_journal_pending(self->journal))
+    rdzv_journal_write(self->journal);
+    int e = rdzv_journal_take_failure(self->journal);
+    if (!e)
         return 0;
-    int64_t started = rdzv_now_ms();
-    if (rdzv_journal_flush(self->journal) == 0) {
-        rdzv_histogram_observe(&self->metrics.fsync_latency,
-                               (double) (rdzv_now_ms() - started) / 1000.0);
-        if (self->cfg.compact_bytes && rdzv_journal_size(self->journal) > self->cfg.compact_bytes)
-            rdzv_core_compact(self);
-        return 0;
-    }
-    /* The changes never reached the disk: nobody may learn of them, and
-     * memory goes back to what the disk holds. Clients resend their joins. */
     rdzv_core_log("journal", "write failed (%s); refusing this batch and reloading state",
-                  strerror(errno));
+                  strerror(e));
     for (int t = 0; t < RDZV_METRIC_SHARDS; t++) {
         rdzv_outbox_t *o = &self->outboxes[t];
         for (size_t i = 0; i < o->len; i++) {
@@ -328,6 +324,33 @@ int rdzv_core_commit(rdzv_core_t *self)
     }
     s_reload(self);
     return -1;
+}
+
+int rdzv_core_commit_begin(rdzv_core_t *self, uint64_t *gate)
+{
+    rdzv_journal_t *j = self->journal;
+    int rc = s_write(self);
+    rdzv_journal_sync_start(j);
+    if (rc == 0 && self->cfg.compact_bytes && rdzv_journal_written(j) > self->cfg.compact_bytes) {
+        /* Rare: the snapshot replaces the file once what it holds is durable. */
+        rdzv_journal_wait(j, rdzv_journal_written(j));
+        rdzv_core_compact(self);
+    }
+    *gate = rdzv_journal_written(j);
+    return rc;
+}
+
+void rdzv_core_commit_wait(rdzv_core_t *self, uint64_t gate)
+{
+    rdzv_journal_wait(self->journal, gate);
+}
+
+int rdzv_core_commit(rdzv_core_t *self)
+{
+    uint64_t gate;
+    int rc = rdzv_core_commit_begin(self, &gate);
+    rdzv_core_commit_wait(self, gate);
+    return rc;
 }
 
 rdzv_reply_t *rdzv_core_take_shard_outbox(rdzv_core_t *self, int shard, size_t *count)

@@ -142,6 +142,12 @@ void rdzv_core_tick(rdzv_core_t *self, int64_t now_ms);
  * replaced by an "internal" error and the state is reloaded from disk.
  * Returns 0 or -1. */
 int rdzv_core_commit(rdzv_core_t *self);
+/* The same in two steps: write the records and start their sync (under the
+ * lock; *gate: what the queued replies depend on), then, anywhere, wait
+ * until that is durable before sending any of them. The shards hand the
+ * replies out in between. 0 or -1, as rdzv_core_commit. */
+int rdzv_core_commit_begin(rdzv_core_t *self, uint64_t *gate);
+void rdzv_core_commit_wait(rdzv_core_t *self, uint64_t gate);
 /* Joins and kv waits pending now. */
 int rdzv_core_pending(rdzv_core_t *self);
 /* Rewrites the journal as the records of the current state (compact.c). */

@@ -24,7 +24,8 @@
 
 #define S_CONNECTION_LIMIT 64
 #define S_CONNECTION_TIMEOUT_S 10
-/* A loop that has held the lock this long is wedged: /healthz fails. */
+/* A loop that has held the lock this long, or a journal sync that has run
+ * this long (replies wait for it), is wedged: /healthz fails. */
 #define S_HEALTH_LOCK_WAIT_MS 5000
 #define S_GROUPS_PATH "/v1/groups"
 #define S_MIME_JSON "application/json"
@@ -208,8 +209,9 @@ static void s_render_metrics(rdzv_core_t *core, FILE *f)
                 "Seconds from a rank's join to its assignment.", &m->join_latency);
     s_metric(f, "rdzv_journal_bytes", "gauge", "Bytes in the journal file.",
              (unsigned long long) rdzv_journal_size(core->journal));
-    s_histogram(f, "rdzv_journal_fsync_seconds", "Seconds one journal flush took.",
-                &m->fsync_latency);
+    rdzv_histogram_t fsync;
+    rdzv_journal_sync_latency(core->journal, &fsync);
+    s_histogram(f, "rdzv_journal_fsync_seconds", "Seconds one journal fdatasync took.", &fsync);
 }
 
 static enum MHD_Result s_handle_metrics(struct MHD_Connection *conn, rdzv_core_t *core)
@@ -271,7 +273,10 @@ static enum MHD_Result s_handle_healthz(struct MHD_Connection *conn, rdzv_core_t
     deadline.tv_sec += S_HEALTH_LOCK_WAIT_MS / 1000;
     if (pthread_mutex_timedlock(&core->lock, &deadline) != 0)
         return s_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "loop busy\n");
+    bool stalled = rdzv_journal_sync_busy_s(core->journal) * 1000 > S_HEALTH_LOCK_WAIT_MS;
     pthread_mutex_unlock(&core->lock);
+    if (stalled)
+        return s_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "journal sync stalled\n");
     return s_text(conn, MHD_HTTP_OK, "ok\n");
 }
 

@@ -1,4 +1,5 @@
 #include "journal.h"
+#include "syncer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,10 +19,12 @@ struct rdzv_journal {
     int lock_fd;               /* the journal file itself is replaced by compaction */
     char *dir;
     bool do_fsync;
-    uint64_t size;
+    uint64_t size;             /* written to the file (durable: the syncer says) */
     long repaired_at;          /* offset --repair cut at, or -1 */
     char *buf;                 /* queued, not yet written */
     size_t len, cap;
+    int failed_errno;          /* of a write that failed since the last check; 0: none */
+    rdzv_syncer_t *syncer;
 };
 
 static void s_put_u32(unsigned char *p, uint32_t v)
@@ -84,6 +87,11 @@ rdzv_journal_t *rdzv_journal_open(const char *dir, bool do_fsync,
     self->lock_fd = lock_fd;
     self->repaired_at = -1;
     self->do_fsync = do_fsync;
+    if (!(self->syncer = rdzv_syncer_new(fd, 0, do_fsync))) {
+        snprintf(err, errlen, "out of memory");
+        rdzv_journal_destroy(&self);
+        return NULL;
+    }
     return self;
 }
 
@@ -92,6 +100,7 @@ void rdzv_journal_destroy(rdzv_journal_t **self_p)
     if (!self_p || !*self_p)
         return;
     rdzv_journal_t *self = *self_p;
+    rdzv_syncer_destroy(&self->syncer);
     close(self->fd);
     close(self->lock_fd);
     free(self->dir);
@@ -193,6 +202,7 @@ long rdzv_journal_replay(rdzv_journal_t *self, rdzv_journal_apply_fn *apply,
         return -1;
     }
     self->size = off;
+    rdzv_syncer_reset(self->syncer, self->fd, off);
     return applied;
 }
 
@@ -229,7 +239,7 @@ bool rdzv_journal_pending(const rdzv_journal_t *self)
     return self->len > 0;
 }
 
-int rdzv_journal_flush(rdzv_journal_t *self)
+int rdzv_journal_write(rdzv_journal_t *self)
 {
     size_t done = 0;
     while (done < self->len) {
@@ -237,22 +247,69 @@ int rdzv_journal_flush(rdzv_journal_t *self)
                            (off_t) (self->size + done));
         if (n < 0 && errno == EINTR)
             continue;
-        if (n <= 0)
-            goto fail;
+        if (n <= 0) {
+            /* Leave no half record behind: the next replay would call it torn. */
+            if (ftruncate(self->fd, (off_t) self->size) < 0) {
+                /* Nothing more can be done; replay will cut the tail. */
+            }
+            self->failed_errno = n < 0 ? errno : EIO;
+            self->len = 0;
+            return -1;
+        }
         done += (size_t) n;
     }
-    if (self->do_fsync && fdatasync(self->fd) < 0)
-        goto fail;
     self->size += self->len;
     self->len = 0;
     return 0;
-fail:
-    /* Leave no half record behind: the next replay would call it torn. */
-    if (ftruncate(self->fd, (off_t) self->size) < 0) {
-        /* Nothing more can be done; replay will cut the tail. */
+}
+
+uint64_t rdzv_journal_written(const rdzv_journal_t *self)
+{
+    return self->size;
+}
+
+void rdzv_journal_sync_start(rdzv_journal_t *self)
+{
+    rdzv_syncer_start(self->syncer, self->size);
+}
+
+void rdzv_journal_wait(rdzv_journal_t *self, uint64_t upto)
+{
+    rdzv_syncer_wait(self->syncer, upto);
+}
+
+int rdzv_journal_take_failure(rdzv_journal_t *self)
+{
+    int e = self->failed_errno;
+    self->failed_errno = 0;
+    return e;
+}
+
+int rdzv_journal_flush(rdzv_journal_t *self)
+{
+    rdzv_journal_write(self);
+    int e = rdzv_journal_take_failure(self);
+    if (e) {
+        errno = e;
+        return -1;
     }
-    self->len = 0;
-    return -1;
+    rdzv_syncer_wait(self->syncer, self->size);
+    return 0;
+}
+
+void rdzv_journal_sync_latency(rdzv_journal_t *self, rdzv_histogram_t *out)
+{
+    rdzv_syncer_latency(self->syncer, out);
+}
+
+double rdzv_journal_sync_busy_s(rdzv_journal_t *self)
+{
+    return rdzv_syncer_busy_s(self->syncer);
+}
+
+void rdzv_journal_set_sync_fn(rdzv_journal_t *self, int (*fn)(int fd))
+{
+    rdzv_syncer_set_sync_fn(self->syncer, fn);
 }
 
 static int s_fsync_dir(const char *dir)
@@ -283,7 +340,9 @@ int rdzv_journal_compact(rdzv_journal_t *self, const cJSON *records)
 {
     if (self->len > 0)
         return -1;
-    rdzv_journal_t scratch = { .fd = -1 };
+    /* The old file's syncs end before the file does. */
+    rdzv_syncer_wait(self->syncer, self->size);
+    rdzv_journal_t scratch = { .fd = -1 };   /* a buffer only: no syncer */
     const cJSON *rec;
     cJSON_ArrayForEach(rec, records)
         if (rdzv_journal_append(&scratch, rec) < 0) {
@@ -308,6 +367,7 @@ int rdzv_journal_compact(rdzv_journal_t *self, const cJSON *records)
     close(self->fd);
     self->fd = fd;
     self->size = scratch.len;
+    rdzv_syncer_reset(self->syncer, fd, scratch.len);
     return 0;
 }
 

@@ -1,5 +1,5 @@
 /* The append-only journal in --state-dir: every accepted change is a record,
- * written and fsync'ed before the reply that depends on it leaves rdzvd.
+ * written and fdatasync'ed before the reply that depends on it leaves rdzvd.
  * On disk each record is [u32 length][u32 crc32][JSON bytes], little endian. */
 #ifndef RDZV_JOURNAL_H
 #define RDZV_JOURNAL_H
@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "metrics.h"
 
 typedef struct rdzv_journal rdzv_journal_t;
 
@@ -33,9 +35,26 @@ long rdzv_journal_replay(rdzv_journal_t *self, rdzv_journal_apply_fn *apply,
 int rdzv_journal_append(rdzv_journal_t *self, const cJSON *record);
 /* True when records are queued. */
 bool rdzv_journal_pending(const rdzv_journal_t *self);
-/* Writes queued records and fsyncs. 0, or -1 (the records are dropped and
- * the caller must not send the replies that depended on them). */
+/* Writes queued records and waits until they are durable. 0, or -1 when a
+ * write failed since the last flush (the records are dropped and the caller
+ * must not send the replies that depended on them). */
 int rdzv_journal_flush(rdzv_journal_t *self);
+/* The same in steps, so that work can go on while the disk syncs: write
+ * the queued records to the file (0, or -1: they are dropped, and
+ * rdzv_journal_take_failure says so), start their sync, and wait until everything below an offset of
+ * rdzv_journal_written is durable (syncer.h: a failed sync exits rdzvd). */
+int rdzv_journal_write(rdzv_journal_t *self);
+/* The errno of a write that failed since the last call (0: none), cleared. */
+int rdzv_journal_take_failure(rdzv_journal_t *self);
+uint64_t rdzv_journal_written(const rdzv_journal_t *self);
+void rdzv_journal_sync_start(rdzv_journal_t *self);
+void rdzv_journal_wait(rdzv_journal_t *self, uint64_t upto);
+/* The durations of the journal's fdatasync calls. */
+void rdzv_journal_sync_latency(rdzv_journal_t *self, rdzv_histogram_t *out);
+/* Seconds the fdatasync in flight has run so far (0: none). */
+double rdzv_journal_sync_busy_s(rdzv_journal_t *self);
+/* Replaces fdatasync (fault-injection tests). */
+void rdzv_journal_set_sync_fn(rdzv_journal_t *self, int (*fn)(int fd));
 /* Replaces the journal with records (an array of record objects), which
  * must rebuild the current state: written to a temporary file, fsynced,
  * renamed over the journal and the directory fsynced, so a crash leaves

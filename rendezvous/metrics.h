@@ -29,7 +29,6 @@ typedef struct {
     uint64_t refusals[RDZV_ERROR_CODES];
     uint64_t shard_requests[RDZV_METRIC_SHARDS];   /* by the shard they came in on */
     rdzv_histogram_t join_latency;         /* a rank's join to its assignment */
-    rdzv_histogram_t fsync_latency;        /* one journal flush */
 } rdzv_metrics_t;
 
 void rdzv_histogram_observe(rdzv_histogram_t *h, double seconds);

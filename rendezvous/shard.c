@@ -66,15 +66,29 @@ void rdzv_shard_wake(rdzv_shard_t *self)
         eventfd_write(self->wake_fd, 1);
 }
 
-static void s_send(rdzv_shard_t *self, rdzv_reply_t *reply)
+/* Formats assignments, here in the shard owning their connections and
+ * outside the core's lock (reply.h); on a shard's own thread while the
+ * journal syncs. An assignment that cannot be formatted (out of memory)
+ * is dropped. */
+static void s_render(rdzv_reply_t *v, size_t n)
 {
-    /* Assignments are formatted here, by the shard owning the connection,
-     * outside the core's lock (reply.h). A peer that vanished is dropped by
-     * the ROUTER; nothing to do. */
-    if (rdzv_reply_render(reply) == 0 && reply->text
-        && zmq_send(self->sock, reply->peer.id, reply->peer.len, ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
-        zmq_send(self->sock, reply->text, strlen(reply->text), ZMQ_DONTWAIT);
-    rdzv_reply_clear(reply);
+    for (size_t i = 0; i < n; i++)
+        if (rdzv_reply_render(&v[i]) < 0)
+            rdzv_reply_clear(&v[i]);
+}
+
+/* Sends formatted replies and clears them. A peer that vanished is dropped
+ * by the ROUTER; nothing to do. */
+static void s_send_all(rdzv_shard_t *self, rdzv_reply_t *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        rdzv_reply_t *reply = &v[i];
+        if (reply->text
+            && zmq_send(self->sock, reply->peer.id, reply->peer.len,
+                        ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
+            zmq_send(self->sock, reply->text, strlen(reply->text), ZMQ_DONTWAIT);
+        rdzv_reply_clear(reply);
+    }
 }
 
 /* The inbox grown to hold want replies; NULL (inbox untouched) if out of memory. */
@@ -91,11 +105,14 @@ static rdzv_reply_t *s_grow(rdzv_reply_t *inbox, size_t *cap, size_t want)
 
 /* Appends n replies to shard to's inbox, taking over the array: an empty
  * inbox takes the array itself, else its replies are appended (and the
- * array freed). Returns whether to must be woken: a non-empty inbox has a
- * wake-up pending already. */
-static bool s_hand_over(rdzv_shard_t *to, rdzv_reply_t *v, size_t n)
+ * array freed). They wait for the journal up to gate; gates only grow, so
+ * the inbox waits for the last one. Returns whether to must be woken: a
+ * non-empty inbox has a wake-up pending already. */
+static bool s_hand_over(rdzv_shard_t *to, rdzv_reply_t *v, size_t n, uint64_t gate)
 {
     pthread_mutex_lock(&to->lock);
+    if (gate > to->in_gate)
+        to->in_gate = gate;
     bool was_empty = to->in_len == 0;
     rdzv_reply_t *room = to->in_len + n <= to->in_cap ? to->inbox : NULL;
     if (was_empty) {
@@ -117,8 +134,9 @@ static bool s_hand_over(rdzv_shard_t *to, rdzv_reply_t *v, size_t n)
 }
 
 /* Hands the other shards their replies (the core keeps them apart by
- * shard), then sends ours. */
-static void s_dispatch(rdzv_shard_t *self, rdzv_outbox_t *out)
+ * shard), then formats ours while the journal syncs, waits for it, and
+ * sends them. */
+static void s_dispatch(rdzv_shard_t *self, rdzv_outbox_t *out, uint64_t gate)
 {
     rdzv_server_t *server = self->server;
     size_t others = 0;
@@ -126,16 +144,19 @@ static void s_dispatch(rdzv_shard_t *self, rdzv_outbox_t *out)
         if (t == self->index || out[t].len == 0)
             continue;
         others += out[t].len;
-        if (s_hand_over(&server->shards[t], out[t].v, out[t].len))
+        if (s_hand_over(&server->shards[t], out[t].v, out[t].len, gate))
             rdzv_shard_wake(&server->shards[t]);
     }
     int64_t t_queued = rdzv_trace_ns();
     rdzv_outbox_t *mine = &out[self->index];
-    for (size_t i = 0; i < mine->len; i++)
-        s_send(self, &mine->v[i]);
+    s_render(mine->v, mine->len);
+    rdzv_core_commit_wait(server->core, gate);
+    int64_t t_durable = rdzv_trace_ns();
+    s_send_all(self, mine->v, mine->len);
     free(mine->v);
     if (others + mine->len >= RDZV_TRACE_MIN) {
         RDZV_TRACE("queued", self->index, t_queued, others);
+        RDZV_TRACE("durable", self->index, t_durable, others + mine->len);
         RDZV_TRACE("own_sent", self->index, rdzv_trace_ns(), mine->len);
     }
 }
@@ -146,6 +167,7 @@ static void s_commit_and_send(rdzv_shard_t *self, bool tick)
     rdzv_core_t *core = server->core;
     rdzv_outbox_t out[RDZV_MAX_SHARDS];
     size_t count = 0;
+    uint64_t gate = 0;
     pthread_mutex_lock(&core->lock);
     int64_t now = rdzv_now_ms();
     if (tick)
@@ -153,8 +175,8 @@ static void s_commit_and_send(rdzv_shard_t *self, bool tick)
     if (rdzv_journal_pending(core->journal))
         server->last_commit_ms = now;
     int64_t t_commit = rdzv_trace_ns();
-    rdzv_core_commit(core);
-    int64_t t_committed = rdzv_trace_ns();
+    rdzv_core_commit_begin(core, &gate);
+    int64_t t_written = rdzv_trace_ns();
     for (int t = 0; t < server->count; t++) {
         out[t].v = rdzv_core_take_shard_outbox(core, t, &out[t].len);
         count += out[t].len;
@@ -163,12 +185,15 @@ static void s_commit_and_send(rdzv_shard_t *self, bool tick)
         RDZV_TRACE("got", self->index, self->trace_got, count);
         RDZV_TRACE("handled", self->index, self->trace_handled, count);
         RDZV_TRACE("commit_start", self->index, t_commit, count);
-        RDZV_TRACE("commit_end", self->index, t_committed, count);
+        RDZV_TRACE("commit_end", self->index, t_written, count);
     }
     /* stderr is fully buffered (rdzvd.c): one write per batch, not per line. */
     fflush(stderr);
+    /* The lock goes before the journal is durable: whatever a request
+     * handled meanwhile sees is written, and its replies wait for a gate
+     * at or past this one. */
     pthread_mutex_unlock(&core->lock);
-    s_dispatch(self, out);
+    s_dispatch(self, out, gate);
 }
 
 static void s_flush_inbox(rdzv_shard_t *self)
@@ -181,14 +206,18 @@ static void s_flush_inbox(rdzv_shard_t *self)
     pthread_mutex_lock(&self->lock);
     rdzv_reply_t *in = self->inbox;
     size_t count = self->in_len;
+    uint64_t gate = self->in_gate;
     self->inbox = NULL;
     self->in_len = self->in_cap = 0;
     pthread_mutex_unlock(&self->lock);
-    for (size_t i = 0; i < count; i++)
-        s_send(self, &in[i]);
+    s_render(in, count);
+    rdzv_core_commit_wait(self->server->core, gate);
+    int64_t t_durable = rdzv_trace_ns();
+    s_send_all(self, in, count);
     free(in);
     if (count >= RDZV_TRACE_MIN / 8) {
         RDZV_TRACE("inbox_start", self->index, t_start, count);
+        RDZV_TRACE("inbox_durable", self->index, t_durable, count);
         RDZV_TRACE("inbox_end", self->index, rdzv_trace_ns(), count);
     }
 }

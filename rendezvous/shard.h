@@ -31,6 +31,7 @@ typedef struct rdzv_shard {
     pthread_mutex_t lock;        /* guards the inbox */
     rdzv_reply_t *inbox;
     size_t in_len, in_cap;
+    uint64_t in_gate;            /* journal offset the inbox's replies wait for */
     rdzv_shard_request_t batch[RDZV_SHARD_RECV_BATCH];
     int64_t trace_got, trace_handled;   /* trace.h: the last batch's times */
 } rdzv_shard_t;

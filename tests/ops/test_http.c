@@ -248,7 +248,62 @@ START_TEST(test_metrics_counts)
     ck_assert_double_eq(s_sample(b, "rdzv_join_to_assignment_seconds_bucket{le=\"+Inf\"}"), 2);
     ck_assert_double_eq(s_sample(b, "rdzv_join_to_assignment_seconds_bucket{le=\"120\"}"), 2);
     ck_assert_double_ge(s_sample(b, "rdzv_journal_bytes"), 100);
-    ck_assert_double_ge(s_sample(b, "rdzv_journal_fsync_seconds_count"), 1);
+    /* setup's core runs without fsync: no fdatasync to count. */
+    ck_assert_double_eq(s_sample(b, "rdzv_journal_fsync_seconds_count"), 0);
+}
+END_TEST
+
+/* A journal sync that hangs (a stalled disk) no longer holds the core's
+ * lock, but every reply waits for it: /healthz must still fail. */
+static atomic_int s_sync_release;
+
+static int s_stuck_sync(int fd)
+{
+    (void) fd;
+    while (!atomic_load(&s_sync_release))
+        usleep(1000);
+    return 0;
+}
+
+START_TEST(test_healthz_fails_on_a_stalled_journal_sync)
+{
+    rdzv_core_destroy(&core);
+    rdzv_config_t cfg = { .port_base = 19500, .ports_per_rank = 32, .port_limit = 19500 + 8 * 32,
+                          .max_world = 1024, .dead_after_ms = 15000, .do_fsync = true,
+                          .state_dir = dir };
+    char err[256];
+    core = rdzv_core_new(&cfg, err, sizeof err);
+    ck_assert_msg(core != NULL, "%s", err);
+    rdzv_http_set_core(http, core);
+    atomic_store(&s_sync_release, 0);
+    rdzv_journal_set_sync_fn(core->journal, s_stuck_sync);
+    const char *join = "{\"v\":1,\"id\":1,\"op\":\"join\",\"group\":\"g\",\"world\":1,"
+                       "\"rank\":0,\"host\":\"h\",\"node\":\"n\",\"session\":\"s\"}";
+    rdzv_peer_t peer = { .len = 1, .id = { 1 } };
+    uint64_t gate = 0;
+    pthread_mutex_lock(&core->lock);
+    rdzv_core_handle(core, &peer, join, strlen(join), rdzv_now_ms());
+    ck_assert_int_eq(rdzv_core_commit_begin(core, &gate), 0);
+    pthread_mutex_unlock(&core->lock);
+    s_response_t r;
+    s_fetch("/healthz", &r);
+    ck_assert_int_eq(r.status, 200);             /* a sync just begun is no stall */
+    usleep(5300 * 1000);
+    s_fetch("/healthz", &r);
+    ck_assert_int_eq(r.status, 503);
+    ck_assert_ptr_nonnull(strstr(r.body, "journal sync stalled"));
+    atomic_store(&s_sync_release, 1);
+    rdzv_core_commit_wait(core, gate);
+    s_fetch("/healthz", &r);
+    ck_assert_int_eq(r.status, 200);
+    s_fetch("/metrics", &r);
+    ck_assert_double_ge(s_sample(r.body, "rdzv_journal_fsync_seconds_count"), 1);
+    ck_assert_double_ge(s_sample(r.body, "rdzv_journal_fsync_seconds_sum"), 5);
+    size_t n = 0;
+    rdzv_reply_t *out = rdzv_core_take_outbox(core, &n);
+    for (size_t i = 0; i < n; i++)
+        rdzv_reply_clear(&out[i]);
+    free(out);
 }
 END_TEST
 
@@ -450,6 +505,7 @@ int main(void)
     tcase_add_test(tc, test_new_refuses_bad_address_and_busy_port);
     tcase_add_test(tc, test_probes_before_and_after_replay);
     tcase_add_test(tc, test_metrics_counts);
+    tcase_add_test(tc, test_healthz_fails_on_a_stalled_journal_sync);
     tcase_add_test(tc, test_metrics_histogram_is_cumulative);
     tcase_add_test(tc, test_metrics_well_formed);
     tcase_add_test(tc, test_groups_json);

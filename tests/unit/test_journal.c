@@ -1,5 +1,7 @@
 #include "check_run.h"
 #include <check.h>
+#include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,6 +172,86 @@ START_TEST(test_frame_layout)
 }
 END_TEST
 
+/* The sync runs on the syncer's thread: starting it does not wait, and a
+ * wait returns once the sync that covers its offset has. */
+static atomic_int s_syncs, s_release;
+
+static int s_gated_sync(int fd)
+{
+    (void) fd;
+    while (!atomic_load(&s_release))
+        usleep(500);
+    atomic_fetch_add(&s_syncs, 1);
+    return 0;
+}
+
+static void s_append_one(rdzv_journal_t *j, int i)
+{
+    cJSON *rec = cJSON_CreateObject();
+    cJSON_AddNumberToObject(rec, "i", i);
+    ck_assert_int_eq(rdzv_journal_append(j, rec), 0);
+    cJSON_Delete(rec);
+}
+
+START_TEST(test_sync_runs_beside_the_writer)
+{
+    char err[256];
+    rdzv_journal_t *j = rdzv_journal_open(dir, true, err, sizeof err);
+    ck_assert_ptr_nonnull(j);
+    atomic_store(&s_syncs, 0);
+    atomic_store(&s_release, 0);
+    rdzv_journal_set_sync_fn(j, s_gated_sync);
+    s_append_one(j, 0);
+    ck_assert_int_eq(rdzv_journal_write(j), 0);
+    ck_assert_int_eq(rdzv_journal_take_failure(j), 0);
+    uint64_t first = rdzv_journal_written(j);
+    ck_assert_int_gt(first, 0);
+    rdzv_journal_sync_start(j);                  /* returns with the sync held up */
+    for (int i = 0; i < 2000 && rdzv_journal_sync_busy_s(j) == 0; i++)
+        usleep(1000);
+    ck_assert_double_gt(rdzv_journal_sync_busy_s(j), 0);
+    ck_assert_int_eq(atomic_load(&s_syncs), 0);
+    s_append_one(j, 1);                          /* written during the sync */
+    ck_assert_int_eq(rdzv_journal_write(j), 0);
+    uint64_t second = rdzv_journal_written(j);
+    ck_assert_int_gt(second, first);
+    atomic_store(&s_release, 1);
+    rdzv_journal_wait(j, first);
+    ck_assert_int_ge(atomic_load(&s_syncs), 1);
+    rdzv_journal_wait(j, second);                /* needs a sync that began after it */
+    ck_assert_int_eq(atomic_load(&s_syncs), 2);
+    ck_assert_double_eq(rdzv_journal_sync_busy_s(j), 0);
+    rdzv_histogram_t h;
+    rdzv_journal_sync_latency(j, &h);
+    ck_assert_int_eq(h.count, 2);
+    rdzv_journal_destroy(&j);
+    int seen = 0;
+    size_t torn = 0;
+    ck_assert_int_eq(s_replay(false, &seen, &torn, err, sizeof err), 2);
+}
+END_TEST
+
+/* After a failed fdatasync what reached the disk is unknown: rdzvd exits
+ * (status 1) rather than answer from it. */
+static int s_failing_sync(int fd)
+{
+    (void) fd;
+    errno = EIO;
+    return -1;
+}
+
+START_TEST(test_failed_sync_exits)
+{
+    char err[256];
+    rdzv_journal_t *j = rdzv_journal_open(dir, true, err, sizeof err);
+    ck_assert_ptr_nonnull(j);
+    rdzv_journal_set_sync_fn(j, s_failing_sync);
+    s_append_one(j, 0);
+    rdzv_journal_flush(j);
+    ck_abort_msg("flush returned after a failed fdatasync");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("journal");
@@ -181,6 +263,8 @@ int main(void)
     tcase_add_test(tc, test_flipped_length_in_middle_refused);
     tcase_add_test(tc, test_second_open_refused);
     tcase_add_test(tc, test_frame_layout);
+    tcase_add_test(tc, test_sync_runs_beside_the_writer);
+    tcase_add_exit_test(tc, test_failed_sync_exits, 1);
     suite_add_tcase(s, tc);
     return rdzv_check_run(s);
 }
