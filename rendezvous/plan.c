@@ -199,6 +199,16 @@ int rdzv_plans_record(rdzv_plans_t *self, const char *node, const char *group,
     return n ? s_insert(self, n, group, rank, start, count) : -1;
 }
 
+void rdzv_plans_prefetch(const rdzv_plan_node_t *n, bool blocks)
+{
+    if (!n)
+        return;
+    if (blocks)
+        __builtin_prefetch(n->blocks, 1);
+    else
+        __builtin_prefetch(n, 0);
+}
+
 int rdzv_plans_place(rdzv_plans_t *self, rdzv_plan_node_t *n, const char *group, int rank,
                      bool *placed)
 {

@@ -34,6 +34,10 @@ int rdzv_plans_record(rdzv_plans_t *self, const char *node, const char *group,
  * -2 out of memory. */
 int rdzv_plans_place(rdzv_plans_t *self, rdzv_plan_node_t *node, const char *group, int rank,
                      bool *placed);
+/* Asks the CPU to fetch node's entry (blocks false) or, once that is in,
+ * its blocks: a release places every rank of a group in turn, and each
+ * rank's node was written by whichever shard thread took its join. */
+void rdzv_plans_prefetch(const rdzv_plan_node_t *node, bool blocks);
 /* Frees every block of group on every node; returns how many. */
 int rdzv_plans_release_group(rdzv_plans_t *self, const char *group);
 /* Drops the block of (group, rank) on node, if any: undoes a record. */

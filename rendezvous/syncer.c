@@ -1,5 +1,6 @@
 #include "syncer.h"
 #include "log.h"
+#include "trace.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -42,6 +43,8 @@ static void *s_thread(void *arg)
         /* Everything written before this fdatasync starts is covered by it. */
         uint64_t target = self->requested;
         int fd = self->fd;
+        uint64_t bytes = target - self->durable;
+        int64_t t_begin = rdzv_trace_ns();
         double t0 = s_now_s();
         self->in_flight = true;
         self->in_flight_since = t0;
@@ -49,6 +52,10 @@ static void *s_thread(void *arg)
         int rc = self->sync_fn(fd);
         int err = errno;
         double took = s_now_s() - t0;
+        if (bytes >= 4096) {         /* a large release's records, not a join's */
+            RDZV_TRACE("sync_begin", -1, t_begin, bytes);
+            RDZV_TRACE("sync_end", -1, rdzv_trace_ns(), bytes);
+        }
         pthread_mutex_lock(&self->lock);
         self->in_flight = false;
         if (rc < 0) {

@@ -25,6 +25,8 @@ ROWS = [
     ("release starts (core lock held)", "release_start", "first"),
     ("plans laid out and recorded", "laid_out", "first"),
     ("release's records written, sync started", "written", "first"),
+    ("sync thread calls fdatasync", "sync_begin", "first"),
+    ("fdatasync returns", "sync_end", "first"),
     ("every reply queued", "replies_queued", "first"),
     ("core lock released", "handled", "first"),
     ("commit starts", "commit_start", "first"),
