@@ -112,7 +112,11 @@ int rdzv_reply_render(rdzv_reply_t *reply)
     memcpy(p, reply->shared->text, reply->shared->len);
     p += reply->shared->len;
     memcpy(p, "}}", 3);
-    reply->text = text;
+    /* The estimate above is ~1.5x the text, and a release's texts stay
+     * alive until libzmq has written them: give back the rest (glibc
+     * splits the chunk in place). */
+    char *fit = realloc(text, (size_t) (p + 3 - text));
+    reply->text = fit ? fit : text;
     rdzv_shared_unref(&reply->shared);
     return 0;
 }

@@ -77,16 +77,30 @@ static void s_render(rdzv_reply_t *v, size_t n)
             rdzv_reply_clear(&v[i]);
 }
 
-/* Sends formatted replies and clears them. A peer that vanished is dropped
- * by the ROUTER; nothing to do. */
+static void s_free_text(void *data, void *hint)
+{
+    (void) hint;
+    free(data);
+}
+
+/* Sends formatted replies and clears them. The text becomes the message
+ * itself (libzmq frees it once written): a copy of every reply of a
+ * release would otherwise be alive beside its text until the send. A peer
+ * that vanished is dropped by the ROUTER; nothing to do. */
 static void s_send_all(rdzv_shard_t *self, rdzv_reply_t *v, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         rdzv_reply_t *reply = &v[i];
+        zmq_msg_t body;
         if (reply->text
             && zmq_send(self->sock, reply->peer.id, reply->peer.len,
-                        ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0)
-            zmq_send(self->sock, reply->text, strlen(reply->text), ZMQ_DONTWAIT);
+                        ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0
+            && zmq_msg_init_data(&body, reply->text, strlen(reply->text), s_free_text,
+                                 NULL) == 0) {
+            reply->text = NULL;              /* the message's now */
+            if (zmq_msg_send(&body, self->sock, ZMQ_DONTWAIT) < 0)
+                zmq_msg_close(&body);
+        }
         rdzv_reply_clear(reply);
     }
 }
