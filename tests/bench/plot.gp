@@ -1,7 +1,7 @@
 # gnuplot tests/bench/plot.gp  ->  docs/performance.png
 # dat: a compare.py --dat table (the sharded rdzvd, TCPStore, the floor);
 # before: the same table from the single-ROUTER rdzvd, drawn for comparison.
-if (!exists("dat")) dat = 'tests/bench/device-h200-final.dat'
+if (!exists("dat")) dat = 'tests/bench/device-h200-sync.dat'
 if (!exists("before")) before = 'tests/bench/device-h200-after.dat'
 if (!exists("out")) out = 'docs/performance.png'
 set terminal pngcairo size 900,560 noenhanced
