@@ -38,6 +38,13 @@ def main():
                                          "--busy-poll"], FIELDS + ["busy_poll"]),
         ("straggler", ["--ranks", "64", "--processes", "2", "--straggler", "50"],
          FIELDS + ["release_clock", "release_min_ms", "release_user_p99_ms"]),
+        # The floor's release too, answered by 4 writer threads: it must wait
+        # for the straggler like rdzvd, and stamp no reply before its join.
+        ("straggler, floor with writer threads",
+         ["--ranks", "64", "--processes", "2", "--straggler", "50", "--floor",
+          "--floor-threads", "4", "--fsync", "off"],
+         FIELDS + ["floor_assigned", "floor_threads", "floor_release_min_ms",
+                   "floor_release_p99_ms"]),
     ]
     print("1..%d" % len(cases))
     failed = 0
@@ -62,6 +69,13 @@ def main():
                             % out.get("release_min_ms"))
         if "floor_assigned" in fields and out.get("floor_assigned") != want:
             problems.append("floor answered %s of %d" % (out.get("floor_assigned"), want))
+        if "--floor-threads" in args:
+            threads = int(args[args.index("--floor-threads") + 1])
+            if out.get("floor_threads") != threads:
+                problems.append("floor_threads %s, want %d" % (out.get("floor_threads"), threads))
+            if not out.get("floor_release_min_ms", -1) > 0:
+                problems.append("the floor answered before the last join: floor_release_min_ms %s"
+                                % out.get("floor_release_min_ms"))
         if problems:
             failed += 1
             print("not ok %d - %s: %s" % (i, name, "; ".join(problems)))
