@@ -1,5 +1,6 @@
 #include "reply.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,7 +70,7 @@ void rdzv_decimal_set(rdzv_decimal_t *d, int v)
  * then the last ones incremented in place, not divided out again. */
 char *rdzv_decimal_put(rdzv_decimal_t *d, char *p, int v)
 {
-    if (v == d->v + 1 && v > 0 && d->v >= 0) {
+    if (d->v >= 0 && d->v < INT_MAX && v == d->v + 1) {
         size_t k = d->n;
         while (k > 0 && d->digits[k - 1] == '9')
             d->digits[--k] = '0';
