@@ -18,12 +18,14 @@ static void s_member_clear(rdzv_member_t *m)
     free(m->session);
     free(m->host);
     free(m->node);
+    rdzv_peer_clear(&m->peer);
 }
 
 static void s_kv_waiter_free(void **item)
 {
     rdzv_kv_waiter_t *w = *item;
     if (w) {
+        rdzv_peer_clear(&w->peer);
         free(w->key);
         free(w);
         *item = NULL;
@@ -317,7 +319,9 @@ static int s_write(rdzv_core_t *self)
     for (int t = 0; t < RDZV_METRIC_SHARDS; t++) {
         rdzv_outbox_t *o = &self->outboxes[t];
         for (size_t i = 0; i < o->len; i++) {
-            rdzv_reply_clear(&o->v[i]);
+            /* The same peer, another text. */
+            free(o->v[i].text);
+            rdzv_shared_unref(&o->v[i].shared);
             o->v[i].text = rdzv_reply_error(o->v[i].peer.req, RDZV_E_INTERNAL,
                                             "rdzvd could not record the change");
         }
@@ -420,7 +424,8 @@ void rdzv_core_handle_parsed(rdzv_core_t *self, const rdzv_peer_t *peer, rdzv_pa
     rdzv_peer_t from = *peer;
     if (peer->shard >= 0 && peer->shard < RDZV_METRIC_SHARDS)
         self->metrics.shard_requests[peer->shard]++;
-    if (self->rate && !rdzv_rate_allow(self->rate, peer->shard, peer->id, peer->len, now_ms)) {
+    if (self->rate && !rdzv_rate_allow(self->rate, peer->shard, rdzv_peer_id(peer), peer->len,
+                                       now_ms)) {
         from.req = 0;
         rdzv_core_error(self, &from, RDZV_E_LIMIT, "over %d requests per second on this connection",
                         self->cfg.limits.max_rps);

@@ -30,6 +30,7 @@ static void s_set_waiter(rdzv_core_t *self, rdzv_group_t *g, rdzv_member_t *m,
     if (!m->waiting)
         g->waiting++;
     m->waiting = true;
+    rdzv_peer_clear(&m->peer);
     rdzv_peer_copy(&m->peer, peer);
     m->deadline_ms = self->now_ms + req->timeout_ms;
     m->want_members = req->members;

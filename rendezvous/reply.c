@@ -121,13 +121,37 @@ int rdzv_reply_render(rdzv_reply_t *reply)
     rdzv_shared_unref(&reply->shared);
     return 0;
 }
-void rdzv_peer_copy(rdzv_peer_t *dst, const rdzv_peer_t *src)
+int rdzv_peer_set_id(rdzv_peer_t *peer, const unsigned char *id, size_t len)
 {
-    size_t len = src->len < sizeof dst->id ? src->len : sizeof dst->id;
-    memcpy(dst->id, src->id, len);
-    dst->len = len;
+    if (len > RDZV_PEER_MAX)
+        len = RDZV_PEER_MAX;
+    peer->long_id = NULL;
+    if (len > RDZV_PEER_INLINE) {
+        if (!(peer->long_id = malloc(len))) {
+            peer->len = 0;
+            return -1;
+        }
+        memcpy(peer->long_id, id, len);
+    } else {
+        memcpy(peer->id, id, len);
+    }
+    peer->len = len;
+    return 0;
+}
+
+void rdzv_peer_clear(rdzv_peer_t *peer)
+{
+    if (peer->len > RDZV_PEER_INLINE)
+        free(peer->long_id);
+    peer->long_id = NULL;
+    peer->len = 0;
+}
+
+int rdzv_peer_copy(rdzv_peer_t *dst, const rdzv_peer_t *src)
+{
     dst->req = src->req;
     dst->shard = src->shard;
+    return rdzv_peer_set_id(dst, rdzv_peer_id(src), src->len);
 }
 
 void rdzv_reply_clear(rdzv_reply_t *reply)
@@ -135,4 +159,5 @@ void rdzv_reply_clear(rdzv_reply_t *reply)
     free(reply->text);
     reply->text = NULL;
     rdzv_shared_unref(&reply->shared);
+    rdzv_peer_clear(&reply->peer);
 }

@@ -10,18 +10,33 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RDZV_PEER_MAX 256
+#define RDZV_PEER_MAX 256          /* a ROUTER identity's longest */
+#define RDZV_PEER_INLINE 16
 
 /* Where a reply goes: the server shard whose ROUTER socket the request came
  * in on, that socket's identity for the connection, and the request id.
- * The identity comes last: libzmq's own are 5 bytes, so a peer's used
- * bytes share one cache line and a release touches one line per rank. */
+ * libzmq's own identities are 5 bytes and live in the peer; one a client
+ * chose (ZMQ_ROUTING_ID, up to 255 bytes) lives in long_id, which the peer
+ * owns. Every member keeps its peer: 256 bytes inline were most of rdzvd's
+ * memory per rank. */
 typedef struct {
     size_t len;
     int64_t req;
     int shard;
-    unsigned char id[RDZV_PEER_MAX];
+    unsigned char id[RDZV_PEER_INLINE];  /* len <= RDZV_PEER_INLINE */
+    unsigned char *long_id;              /* len > RDZV_PEER_INLINE: malloc'd */
 } rdzv_peer_t;
+
+/* The identity's bytes (len of them). */
+static inline const unsigned char *rdzv_peer_id(const rdzv_peer_t *peer)
+{
+    return peer->len > RDZV_PEER_INLINE ? peer->long_id : peer->id;
+}
+/* Sets the identity (at most RDZV_PEER_MAX bytes are kept) of a peer that
+ * holds none. 0, or -1 out of memory (the peer then has an empty one). */
+int rdzv_peer_set_id(rdzv_peer_t *peer, const unsigned char *id, size_t len);
+/* Frees a long identity; the peer holds none after. */
+void rdzv_peer_clear(rdzv_peer_t *peer);
 
 /* The fields every rank's assignment of one epoch shares, as JSON object
  * members without braces; reference-counted, immutable once made. */
@@ -45,11 +60,11 @@ typedef struct {
 /* Formats an assignment reply into text (needs no core state: any thread).
  * 0, or -1 out of memory. */
 int rdzv_reply_render(rdzv_reply_t *reply);
-/* *dst = *src, but only the identity's len bytes: a peer is ~270 bytes
- * of which a ROUTER's 5-byte identity uses a few, and a release copies
- * one per rank into the outbox. */
-void rdzv_peer_copy(rdzv_peer_t *dst, const rdzv_peer_t *src);
-/* Frees the text and drops the shared reference. */
+/* *dst = *src with a copy of a long identity; dst holds none before (clear
+ * it first). 0, or -1 out of memory (dst then has an empty identity). */
+int rdzv_peer_copy(rdzv_peer_t *dst, const rdzv_peer_t *src);
+/* Frees the text, drops the shared reference and clears the peer: the
+ * reply is done with. */
 void rdzv_reply_clear(rdzv_reply_t *reply);
 
 /* Writes v in decimal at p; returns the end (snprintf per integer was most

@@ -93,7 +93,7 @@ static void s_send_all(rdzv_shard_t *self, rdzv_reply_t *v, size_t n)
         rdzv_reply_t *reply = &v[i];
         zmq_msg_t body;
         if (reply->text
-            && zmq_send(self->sock, reply->peer.id, reply->peer.len,
+            && zmq_send(self->sock, rdzv_peer_id(&reply->peer), reply->peer.len,
                         ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0
             && zmq_msg_init_data(&body, reply->text, strlen(reply->text), s_free_text,
                                  NULL) == 0) {
@@ -255,16 +255,18 @@ static int s_recv_batch(rdzv_shard_t *self, int max)
     int n = 0;
     while (n < max) {
         rdzv_shard_request_t *r = &self->batch[n];
-        int len = zmq_recv(self->sock, r->peer.id, sizeof r->peer.id, ZMQ_DONTWAIT);
+        unsigned char id[RDZV_PEER_MAX];
+        int len = zmq_recv(self->sock, id, sizeof id, ZMQ_DONTWAIT);
         if (len < 0)
             break;
-        r->peer.len = (size_t) len > sizeof r->peer.id ? sizeof r->peer.id : (size_t) len;
+        rdzv_peer_set_id(&r->peer, id, (size_t) len);   /* cleared in s_handle_batch */
         r->peer.req = 0;
         r->peer.shard = self->index;
         zmq_msg_t body;
         zmq_msg_init(&body);
         if (zmq_msg_recv(&body, self->sock, ZMQ_DONTWAIT) < 0) {
             zmq_msg_close(&body);
+            rdzv_peer_clear(&r->peer);
             continue;
         }
         r->extra_frames = zmq_msg_more(&body);
@@ -292,6 +294,7 @@ static bool s_handle_batch(rdzv_shard_t *self, int n)
             rdzv_core_error(core, &r->peer, RDZV_E_BAD_JSON, "a request is exactly one frame");
         else
             rdzv_core_handle_parsed(core, &r->peer, &r->parsed, now);
+        rdzv_peer_clear(&r->peer);   /* whatever keeps it made its own copy */
     }
     bool pending = rdzv_journal_pending(core->journal);
     bool busy = now - self->server->last_commit_ms <= S_BUSY_MS;

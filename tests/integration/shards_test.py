@@ -3,7 +3,8 @@
 whose ranks came in on different shards answered in full (replies cross from
 the shard that completed the group to the shards owning the connections),
 /metrics counting requests per shard, a second rdzvd on the same port
-refused instead of silently splitting the clients, and --shards with an
+refused instead of silently splitting the clients, clients that chose their
+own ROUTER identities (up to 255 bytes) answered, and --shards with an
 endpoint that cannot be sharded refused. TAP. Needs RDZVD and RDZV."""
 import json
 import os
@@ -99,6 +100,40 @@ def start_line(rdzvd, tmp, prefix):
         return next((line for line in f if " start " in line), "")
 
 
+def own_identities(endpoint):
+    """Four DEALERs with identities of their own (ZMQ_ROUTING_ID; 5, 16, 17
+    and 255 bytes: rdzvd keeps up to 16 in the peer, longer ones apart) join
+    one group; each must get its own rank's assignment. None without pyzmq."""
+    try:
+        import zmq
+    except ImportError:
+        return None
+    ctx = zmq.Context()
+    socks = []
+    try:
+        for r, n in enumerate((5, 16, 17, 255)):
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.ROUTING_ID, bytes([r + 1]) + b"i" * (n - 1))
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(endpoint)
+            s.send_string(json.dumps({"v": 1, "id": 10 + r, "op": "join", "group": "ids",
+                                      "world": 4, "rank": r, "host": "127.0.0.1",
+                                      "node": "id%d" % r, "session": "s%d" % r,
+                                      "timeout_ms": 20000, "members": False}))
+            socks.append(s)
+        ranks = []
+        for s in socks:
+            if not s.poll(30000):
+                return False
+            reply = json.loads(s.recv())
+            ranks.append((reply.get("id"), reply.get("assignment", {}).get("rank")))
+        return ranks == [(10 + r, r) for r in range(4)]
+    finally:
+        for s in socks:
+            s.close()
+        ctx.term()
+
+
 def wait_file(path, proc, seconds=20):
     deadline = time.time() + seconds
     while not os.path.exists(path) and proc.poll() is None and time.time() < deadline:
@@ -151,6 +186,9 @@ def main():
                        second.returncode != 0 and "Address already in use" in second.stderr))
         checks.append(("and the port still has only the first rdzvd's listeners",
                        listeners(port) == LISTENERS))
+        own = own_identities(endpoint)
+        checks.append(("clients with their own identities of 5, 16, 17 and 255 bytes answered"
+                       + (" # SKIP no pyzmq" if own is None else ""), own is not False))
         status = subprocess.run([rdzv, "status", "--server", endpoint, "--group", "g"],
                                 capture_output=True, text=True, timeout=20)
         checks.append(("the first rdzvd still serves", status.returncode == 0
