@@ -92,13 +92,14 @@ static void s_send_all(rdzv_shard_t *self, rdzv_reply_t *v, size_t n)
     for (size_t i = 0; i < n; i++) {
         rdzv_reply_t *reply = &v[i];
         zmq_msg_t body;
-        if (reply->text
-            && zmq_send(self->sock, rdzv_peer_id(&reply->peer), reply->peer.len,
-                        ZMQ_SNDMORE | ZMQ_DONTWAIT) >= 0
-            && zmq_msg_init_data(&body, reply->text, strlen(reply->text), s_free_text,
-                                 NULL) == 0) {
+        /* The body first: an identity frame sent without one would make
+         * the next reply part of this message. */
+        if (reply->text && zmq_msg_init_data(&body, reply->text, strlen(reply->text),
+                                             s_free_text, NULL) == 0) {
             reply->text = NULL;              /* the message's now */
-            if (zmq_msg_send(&body, self->sock, ZMQ_DONTWAIT) < 0)
+            if (zmq_send(self->sock, rdzv_peer_id(&reply->peer), reply->peer.len,
+                         ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0
+                || zmq_msg_send(&body, self->sock, ZMQ_DONTWAIT) < 0)
                 zmq_msg_close(&body);
         }
         rdzv_reply_clear(reply);
