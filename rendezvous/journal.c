@@ -241,6 +241,12 @@ bool rdzv_journal_pending(const rdzv_journal_t *self)
 
 int rdzv_journal_write(rdzv_journal_t *self)
 {
+    if (self->failed_errno) {
+        /* A write of this batch failed already: what came after it in the
+         * batch may depend on it, so none of it reaches the file. */
+        self->len = 0;
+        return -1;
+    }
     size_t done = 0;
     while (done < self->len) {
         ssize_t n = pwrite(self->fd, self->buf + done, self->len - done,
