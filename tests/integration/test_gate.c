@@ -1,0 +1,148 @@
+/* No reply leaves rdzvd before the journal records it depends on are
+ * durable: an in-process server (the core with fsync on, four shards on a
+ * loopback port) whose fdatasync is held back at the moment a group
+ * completes. Its ranks, each a DEALER of its own spread over the shards,
+ * must hear nothing until the sync returns, then all get their
+ * assignments. 64 ranks: a large release, whose records are written and
+ * synced before its replies are queued and handed between shards. */
+#include "check_run.h"
+#include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "core.h"
+#include "server.h"
+#include "rdzv_util.h"
+
+#define RANKS 64
+
+static atomic_int s_hold, s_syncs, s_held_syncs;
+
+/* fdatasync, held back while s_hold is set. */
+static int s_sync(int fd)
+{
+    if (atomic_load(&s_hold)) {
+        atomic_fetch_add(&s_held_syncs, 1);
+        while (atomic_load(&s_hold))
+            usleep(1000);
+    }
+    atomic_fetch_add(&s_syncs, 1);
+    return fdatasync(fd);
+}
+
+static void *s_run(void *arg)
+{
+    rdzv_server_run(arg);
+    return NULL;
+}
+
+static void s_join(void *sock, int rank)
+{
+    char frame[512];
+    int len = snprintf(frame, sizeof frame,
+                       "{\"v\":1,\"id\":%d,\"op\":\"join\",\"group\":\"gate\",\"world\":%d,"
+                       "\"rank\":%d,\"host\":\"127.0.0.1\",\"node\":\"n%d\",\"session\":\"s%d\","
+                       "\"timeout_ms\":30000,\"members\":false}",
+                       100 + rank, RANKS, rank, rank, rank);
+    ck_assert_int_eq(zmq_send(sock, frame, (size_t) len, 0), len);
+}
+
+/* Replies waiting on the ranks' sockets within ms (not read). */
+static int s_readable(void **socks, int ms)
+{
+    zmq_pollitem_t items[RANKS];
+    for (int r = 0; r < RANKS; r++)
+        items[r] = (zmq_pollitem_t) { .socket = socks[r], .events = ZMQ_POLLIN };
+    int n = zmq_poll(items, RANKS, ms);
+    ck_assert_int_ge(n, 0);
+    return n;
+}
+
+START_TEST(test_no_reply_before_durable)
+{
+    char dir[] = "/tmp/rdzv-gate-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    rdzv_config_t cfg = { .port_base = 19500, .ports_per_rank = 4, .port_limit = 19500 + 4 * 16,
+                          .max_world = 1024, .dead_after_ms = 15000, .do_fsync = true,
+                          .state_dir = dir };
+    char err[256];
+    rdzv_core_t *core = rdzv_core_new(&cfg, err, sizeof err);
+    ck_assert_msg(core != NULL, "%s", err);
+    rdzv_journal_set_sync_fn(core->journal, s_sync);
+    rdzv_server_t *server = rdzv_server_new(core, "tcp://127.0.0.1:*", 4, 4, NULL, err,
+                                            sizeof err);
+    ck_assert_msg(server != NULL, "%s", err);
+    pthread_t loop;
+    ck_assert_int_eq(pthread_create(&loop, NULL, s_run, server), 0);
+
+    void *ctx = zmq_ctx_new();
+    void *socks[RANKS];
+    for (int r = 0; r < RANKS; r++) {
+        socks[r] = zmq_socket(ctx, ZMQ_DEALER);
+        int zero = 0;
+        zmq_setsockopt(socks[r], ZMQ_LINGER, &zero, sizeof zero);
+        ck_assert_int_eq(zmq_connect(socks[r], rdzv_server_endpoint(server)), 0);
+    }
+    for (int r = 0; r < RANKS - 1; r++)
+        s_join(socks[r], r);
+    /* The first ranks' joins recorded (their syncs pass), nothing answered. */
+    int64_t until = rdzv_now_ms() + 10000;
+    while (rdzv_journal_sync_busy_s(core->journal) == 0 && atomic_load(&s_syncs) == 0
+           && rdzv_now_ms() < until)
+        usleep(1000);
+    usleep(200 * 1000);
+    ck_assert_int_eq(s_readable(socks, 0), 0);
+
+    atomic_store(&s_hold, 1);
+    int syncs_before = atomic_load(&s_syncs);
+    s_join(socks[RANKS - 1], RANKS - 1);           /* completes the group */
+    until = rdzv_now_ms() + 10000;
+    while (atomic_load(&s_held_syncs) == 0 && rdzv_now_ms() < until)
+        usleep(1000);
+    ck_assert_msg(atomic_load(&s_held_syncs) > 0, "the completing join started no sync");
+    ck_assert_int_eq(s_readable(socks, 300), 0);   /* held: nobody hears anything */
+    ck_assert_int_eq(atomic_load(&s_syncs), syncs_before);
+
+    atomic_store(&s_hold, 0);
+    int got = 0;
+    for (int r = 0; r < RANKS; r++) {
+        zmq_pollitem_t item = { .socket = socks[r], .events = ZMQ_POLLIN };
+        if (zmq_poll(&item, 1, 10000) != 1)
+            continue;
+        char buf[4096];
+        int n = zmq_recv(socks[r], buf, sizeof buf - 1, 0);
+        ck_assert_int_gt(n, 0);
+        buf[n < (int) sizeof buf - 1 ? n : (int) sizeof buf - 1] = '\0';
+        char want[32];
+        snprintf(want, sizeof want, "\"rank\":%d,", r);
+        got += strstr(buf, "\"assignment\"") && strstr(buf, want);
+    }
+    ck_assert_int_eq(got, RANKS);
+
+    for (int r = 0; r < RANKS; r++)
+        zmq_close(socks[r]);
+    zmq_ctx_term(ctx);
+    rdzv_server_stop(server);
+    pthread_join(loop, NULL);
+    rdzv_server_destroy(&server);
+    rdzv_core_destroy(&core);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("gate");
+    TCase *tc = tcase_create("gate");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_no_reply_before_durable);
+    suite_add_tcase(s, tc);
+    return rdzv_check_run(s);
+}
