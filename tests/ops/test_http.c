@@ -81,16 +81,23 @@ static void s_fetch(const char *path, s_response_t *out)
     s_fetch_at(AF_INET, rdzv_http_port(http), "GET", path, out);
 }
 
-static void setup(void)
+/* A core on dir's state, with or without fsync. */
+static void s_open_core(bool do_fsync)
 {
-    strcpy(dir, "/tmp/rdzv-http-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
     rdzv_config_t cfg = { .port_base = 19500, .ports_per_rank = 32, .port_limit = 19500 + 8 * 32,
-                          .max_world = 1024, .dead_after_ms = 15000, .do_fsync = false,
+                          .max_world = 1024, .dead_after_ms = 15000, .do_fsync = do_fsync,
                           .state_dir = dir };
     char err[256];
     core = rdzv_core_new(&cfg, err, sizeof err);
     ck_assert_msg(core != NULL, "%s", err);
+}
+
+static void setup(void)
+{
+    strcpy(dir, "/tmp/rdzv-http-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    s_open_core(false);
+    char err[256];
     http = rdzv_http_new("127.0.0.1:0", err, sizeof err);
     ck_assert_msg(http != NULL, "%s", err);
     ck_assert_int_gt(rdzv_http_port(http), 0);
@@ -268,12 +275,7 @@ static int s_stuck_sync(int fd)
 START_TEST(test_healthz_fails_on_a_stalled_journal_sync)
 {
     rdzv_core_destroy(&core);
-    rdzv_config_t cfg = { .port_base = 19500, .ports_per_rank = 32, .port_limit = 19500 + 8 * 32,
-                          .max_world = 1024, .dead_after_ms = 15000, .do_fsync = true,
-                          .state_dir = dir };
-    char err[256];
-    core = rdzv_core_new(&cfg, err, sizeof err);
-    ck_assert_msg(core != NULL, "%s", err);
+    s_open_core(true);
     rdzv_http_set_core(http, core);
     atomic_store(&s_sync_release, 0);
     rdzv_journal_set_sync_fn(core->journal, s_stuck_sync);
