@@ -18,8 +18,13 @@ struct rdzv_journal {
     int fd;
     int lock_fd;               /* the journal file itself is replaced by compaction */
     char *dir;
-    bool do_fsync;
     uint64_t size;             /* written to the file (durable: the syncer says) */
+    /* Where this file starts in the journal's logical offsets: the sizes
+     * of the files compaction replaced. Gates and the syncer count in
+     * logical offsets, which only grow, so a gate taken before a compaction
+     * can never stand for bytes of the new, shorter file. */
+    uint64_t base;
+    bool replayed;             /* the journal was read once since open */
     long repaired_at;          /* offset --repair cut at, or -1 */
     char *buf;                 /* queued, not yet written */
     size_t len, cap;
@@ -86,7 +91,6 @@ rdzv_journal_t *rdzv_journal_open(const char *dir, bool do_fsync,
     self->fd = fd;
     self->lock_fd = lock_fd;
     self->repaired_at = -1;
-    self->do_fsync = do_fsync;
     if (!(self->syncer = rdzv_syncer_new(fd, 0, do_fsync))) {
         snprintf(err, errlen, "out of memory");
         rdzv_journal_destroy(&self);
@@ -202,7 +206,11 @@ long rdzv_journal_replay(rdzv_journal_t *self, rdzv_journal_apply_fn *apply,
         return -1;
     }
     self->size = off;
-    rdzv_syncer_reset(self->syncer, self->fd, off);
+    /* At open what the file holds counts as on disk. A reload after a
+     * failed write reads records that may still wait for their sync: what
+     * is durable stays as the syncer knows it. */
+    rdzv_syncer_reset(self->syncer, self->fd, self->replayed ? 0 : off);
+    self->replayed = true;
     return applied;
 }
 
@@ -271,12 +279,12 @@ int rdzv_journal_write(rdzv_journal_t *self)
 
 uint64_t rdzv_journal_written(const rdzv_journal_t *self)
 {
-    return self->size;
+    return self->base + self->size;
 }
 
 void rdzv_journal_sync_start(rdzv_journal_t *self)
 {
-    rdzv_syncer_start(self->syncer, self->size);
+    rdzv_syncer_start(self->syncer, rdzv_journal_written(self));
 }
 
 void rdzv_journal_wait(rdzv_journal_t *self, uint64_t upto)
@@ -299,7 +307,7 @@ int rdzv_journal_flush(rdzv_journal_t *self)
         errno = e;
         return -1;
     }
-    rdzv_syncer_wait(self->syncer, self->size);
+    rdzv_syncer_wait(self->syncer, rdzv_journal_written(self));
     return 0;
 }
 
@@ -346,8 +354,8 @@ int rdzv_journal_compact(rdzv_journal_t *self, const cJSON *records)
 {
     if (self->len > 0)
         return -1;
-    /* The old file's syncs end before the file does. */
-    rdzv_syncer_wait(self->syncer, self->size);
+    /* Everything the old file holds is durable before it is replaced. */
+    rdzv_syncer_wait(self->syncer, rdzv_journal_written(self));
     rdzv_journal_t scratch = { .fd = -1 };   /* a buffer only: no syncer */
     const cJSON *rec;
     cJSON_ArrayForEach(rec, records)
@@ -370,10 +378,14 @@ int rdzv_journal_compact(rdzv_journal_t *self, const cJSON *records)
         unlink(tmp);
         return -1;
     }
-    close(self->fd);
+    /* The snapshot is durable (fdatasync, rename, directory fsync); the
+     * old fd closes once the syncer has let go of it. */
+    int old = self->fd;
     self->fd = fd;
+    self->base += self->size;
     self->size = scratch.len;
-    rdzv_syncer_reset(self->syncer, fd, scratch.len);
+    rdzv_syncer_reset(self->syncer, fd, rdzv_journal_written(self));
+    close(old);
     return 0;
 }
 

@@ -147,23 +147,18 @@ void rdzv_syncer_wait(rdzv_syncer_t *self, uint64_t upto)
     pthread_mutex_unlock(&self->lock);
 }
 
-uint64_t rdzv_syncer_durable(rdzv_syncer_t *self)
-{
-    pthread_mutex_lock(&self->lock);
-    uint64_t d = self->durable;
-    pthread_mutex_unlock(&self->lock);
-    return d;
-}
-
 void rdzv_syncer_reset(rdzv_syncer_t *self, int fd, uint64_t durable)
 {
     pthread_mutex_lock(&self->lock);
-    /* A sync in flight belongs to the old file (callers waited for theirs,
-     * but a start nobody waited for may still run). */
-    while (self->in_flight || (self->do_sync && self->requested > self->durable))
+    /* A sync in flight works on the old fd, which the caller closes after. */
+    while (self->in_flight)
         pthread_cond_wait(&self->done, &self->lock);
     self->fd = fd;
-    self->requested = self->durable = durable;
+    if (durable > self->durable)
+        self->durable = durable;
+    if (self->durable > self->requested)
+        self->requested = self->durable;
+    pthread_cond_broadcast(&self->done);
     pthread_mutex_unlock(&self->lock);
 }
 

@@ -2,8 +2,8 @@
  * release's records asks for them to be made durable and goes on queueing
  * the release's replies and handing them to the shards while the disk
  * works; every reply then waits until what it depends on is durable
- * (rdzv_syncer_wait) before it leaves rdzvd. Offsets are bytes of the
- * journal file. */
+ * (rdzv_syncer_wait) before it leaves rdzvd. Offsets are the journal's
+ * logical offsets (bytes since its first file; journal.c), which only grow. */
 #ifndef RDZV_SYNCER_H
 #define RDZV_SYNCER_H
 
@@ -29,9 +29,9 @@ void rdzv_syncer_start(rdzv_syncer_t *self, uint64_t written);
  * for pages the kernel dropped), so rdzvd logs it and exits; its
  * supervisor restarts it and the replay keeps what the disk holds. */
 void rdzv_syncer_wait(rdzv_syncer_t *self, uint64_t upto);
-uint64_t rdzv_syncer_durable(rdzv_syncer_t *self);
-/* The file was cut or replaced: fd and what is durable start over. The
- * caller has waited for every offset it started first. */
+/* The file is now fd, and everything below `durable` is on disk (an offset
+ * never lowers what is durable: offsets only grow, see journal.c). Waits
+ * for a sync in flight on the old fd first; the caller closes it after. */
 void rdzv_syncer_reset(rdzv_syncer_t *self, int fd, uint64_t durable);
 /* Seconds the fdatasync in flight has run so far; 0 when none is. */
 double rdzv_syncer_busy_s(rdzv_syncer_t *self);

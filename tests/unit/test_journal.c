@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "held_sync.h"
 #include "journal.h"
 
 static char dir[64];
@@ -23,7 +24,12 @@ static void setup(void)
 
 static void teardown(void)
 {
+    char p[160];
     unlink(path);
+    snprintf(p, sizeof p, "%s/lock", dir);       /* rdzv_journal_open's */
+    unlink(p);
+    snprintf(p, sizeof p, "%s/journal.tmp", dir);
+    unlink(p);
     rmdir(dir);
 }
 
@@ -174,17 +180,6 @@ END_TEST
 
 /* The sync runs on the syncer's thread: starting it does not wait, and a
  * wait returns once the sync that covers its offset has. */
-static atomic_int s_syncs, s_release;
-
-static int s_gated_sync(int fd)
-{
-    (void) fd;
-    while (!atomic_load(&s_release))
-        usleep(500);
-    atomic_fetch_add(&s_syncs, 1);
-    return 0;
-}
-
 static void s_append_one(rdzv_journal_t *j, int i)
 {
     cJSON *rec = cJSON_CreateObject();
@@ -198,28 +193,28 @@ START_TEST(test_sync_runs_beside_the_writer)
     char err[256];
     rdzv_journal_t *j = rdzv_journal_open(dir, true, err, sizeof err);
     ck_assert_ptr_nonnull(j);
-    atomic_store(&s_syncs, 0);
-    atomic_store(&s_release, 0);
-    rdzv_journal_set_sync_fn(j, s_gated_sync);
+    atomic_store(&held_sync_hold, 1);
+    atomic_store(&held_sync_entered, 0);
+    atomic_store(&held_sync_done, 0);
+    rdzv_journal_set_sync_fn(j, held_sync);
     s_append_one(j, 0);
     ck_assert_int_eq(rdzv_journal_write(j), 0);
     ck_assert_int_eq(rdzv_journal_take_failure(j), 0);
     uint64_t first = rdzv_journal_written(j);
     ck_assert_int_gt(first, 0);
     rdzv_journal_sync_start(j);                  /* returns with the sync held up */
-    for (int i = 0; i < 2000 && rdzv_journal_sync_busy_s(j) == 0; i++)
-        usleep(1000);
+    ck_assert(held_sync_wait_entered(1, 10000));
     ck_assert_double_gt(rdzv_journal_sync_busy_s(j), 0);
-    ck_assert_int_eq(atomic_load(&s_syncs), 0);
+    ck_assert_int_eq(atomic_load(&held_sync_done), 0);
     s_append_one(j, 1);                          /* written during the sync */
     ck_assert_int_eq(rdzv_journal_write(j), 0);
     uint64_t second = rdzv_journal_written(j);
     ck_assert_int_gt(second, first);
-    atomic_store(&s_release, 1);
+    atomic_store(&held_sync_hold, 0);
     rdzv_journal_wait(j, first);
-    ck_assert_int_ge(atomic_load(&s_syncs), 1);
+    ck_assert_int_ge(atomic_load(&held_sync_done), 1);
     rdzv_journal_wait(j, second);                /* needs a sync that began after it */
-    ck_assert_int_eq(atomic_load(&s_syncs), 2);
+    ck_assert_int_eq(atomic_load(&held_sync_done), 2);
     ck_assert_double_eq(rdzv_journal_sync_busy_s(j), 0);
     rdzv_histogram_t h;
     rdzv_journal_sync_latency(j, &h);
@@ -227,6 +222,50 @@ START_TEST(test_sync_runs_beside_the_writer)
     rdzv_journal_destroy(&j);
     int seen = 0;
     size_t torn = 0;
+    ck_assert_int_eq(s_replay(false, &seen, &torn, err, sizeof err), 2);
+}
+END_TEST
+
+/* Offsets only grow across a compaction: a gate taken before it is met by
+ * the snapshot, and records written after it get an fdatasync of their own
+ * (the file is shorter, and an offset of the old file once stood for
+ * everything up to it). */
+START_TEST(test_compaction_keeps_gates_and_syncs)
+{
+    char err[256];
+    rdzv_journal_t *j = rdzv_journal_open(dir, true, err, sizeof err);
+    ck_assert_ptr_nonnull(j);
+    int seen0 = 0;
+    size_t torn = 0;
+    ck_assert_int_eq(rdzv_journal_replay(j, s_count, &seen0, false, &torn, err, sizeof err), 0);
+    atomic_store(&held_sync_hold, 0);
+    atomic_store(&held_sync_entered, 0);
+    atomic_store(&held_sync_done, 0);
+    rdzv_journal_set_sync_fn(j, held_sync);
+    for (int i = 0; i < 50; i++)
+        s_append_one(j, i);
+    ck_assert_int_eq(rdzv_journal_flush(j), 0);
+    uint64_t before = rdzv_journal_written(j);
+    ck_assert_int_eq(atomic_load(&held_sync_done), 1);
+
+    cJSON *snapshot = cJSON_CreateArray();
+    cJSON *rec = cJSON_CreateObject();
+    cJSON_AddNumberToObject(rec, "i", 0);
+    cJSON_AddItemToArray(snapshot, rec);
+    ck_assert_int_eq(rdzv_journal_compact(j, snapshot), 0);
+    cJSON_Delete(snapshot);
+    ck_assert_uint_lt(rdzv_journal_size(j), before);          /* the file shrank */
+    ck_assert_uint_ge(rdzv_journal_written(j), before);       /* offsets did not */
+    rdzv_journal_wait(j, before);                             /* met, no sync */
+    ck_assert_int_eq(atomic_load(&held_sync_done), 1);
+
+    s_append_one(j, 1);
+    ck_assert_int_eq(rdzv_journal_write(j), 0);
+    rdzv_journal_sync_start(j);
+    rdzv_journal_wait(j, rdzv_journal_written(j));
+    ck_assert_int_eq(atomic_load(&held_sync_done), 2);
+    rdzv_journal_destroy(&j);
+    int seen = 0;
     ck_assert_int_eq(s_replay(false, &seen, &torn, err, sizeof err), 2);
 }
 END_TEST
@@ -264,7 +303,13 @@ int main(void)
     tcase_add_test(tc, test_second_open_refused);
     tcase_add_test(tc, test_frame_layout);
     tcase_add_test(tc, test_sync_runs_beside_the_writer);
-    tcase_add_exit_test(tc, test_failed_sync_exits, 1);
+    tcase_add_test(tc, test_compaction_keeps_gates_and_syncs);
     suite_add_tcase(s, tc);
+    /* The test exits from the sync thread, so its fixture runs in the
+     * parent: the state dir goes whatever the child did. */
+    TCase *fatal = tcase_create("fatal");
+    tcase_add_unchecked_fixture(fatal, setup, teardown);
+    tcase_add_exit_test(fatal, test_failed_sync_exits, 1);
+    suite_add_tcase(s, fatal);
     return rdzv_check_run(s);
 }
