@@ -3,12 +3,10 @@
 #include "rdzv_proto.h"
 #include "rdzv_util.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* A member's own strings; the member itself lives in its chunk. */
 static void s_member_clear(rdzv_member_t *m)
@@ -259,7 +257,6 @@ void rdzv_core_reply_assignment(rdzv_core_t *self, const rdzv_peer_t *peer, rdzv
     rdzv_reply_t *slot = shared && !self->replaying ? s_slot(self, peer) : NULL;
     if (!slot)
         return;
-    /* Field by field: only the identity's own bytes of peer are copied. */
     rdzv_peer_copy(&slot->peer, peer);
     slot->text = NULL;
     slot->shared = rdzv_shared_ref(shared);
@@ -302,12 +299,16 @@ static void s_reload(rdzv_core_t *self)
         rdzv_core_log("fatal", "cannot reload state after a journal failure: %s", err);
         exit(1);
     }
+    /* Freeing the groups killed their NCCL root helpers; a completion the
+     * file holds must not hand out their IDs again. */
+    s_retire_dead_roots(self);
 }
 
-/* Writes what is queued; on a failed write (this one or an earlier one of
- * the batch) the change never reached the file: nobody may learn of it,
- * every queued reply becomes an error, and memory goes back to what the
- * file holds. Clients resend their joins. 0 or -1. */
+/* Writes what is queued. On a failed write (this one or an earlier one of
+ * the batch) the batch's changes from that write on never reached the file
+ * (a large release may have written its own before): every queued reply
+ * becomes an error, and memory goes back to what the file holds. Clients
+ * resend their joins. 0 or -1. */
 static int s_write(rdzv_core_t *self)
 {
     rdzv_journal_write(self->journal);
