@@ -165,7 +165,8 @@ static void s_dispatch(rdzv_shard_t *self, rdzv_outbox_t *out, uint64_t gate)
     int64_t t_queued = rdzv_trace_ns();
     rdzv_outbox_t *mine = &out[self->index];
     s_render(mine->v, mine->len);
-    rdzv_core_commit_wait(server->core, gate);
+    if (mine->len)                   /* a tick with nothing to send waits for nothing */
+        rdzv_core_commit_wait(server->core, gate);
     int64_t t_durable = rdzv_trace_ns();
     s_send_all(self, mine->v, mine->len);
     free(mine->v);
@@ -222,11 +223,13 @@ static void s_flush_inbox(rdzv_shard_t *self)
     rdzv_reply_t *in = self->inbox;
     size_t count = self->in_len;
     uint64_t gate = self->in_gate;
+    self->in_gate = 0;
     self->inbox = NULL;
     self->in_len = self->in_cap = 0;
     pthread_mutex_unlock(&self->lock);
     s_render(in, count);
-    rdzv_core_commit_wait(self->server->core, gate);
+    if (count)
+        rdzv_core_commit_wait(self->server->core, gate);
     int64_t t_durable = rdzv_trace_ns();
     s_send_all(self, in, count);
     free(in);
