@@ -88,12 +88,19 @@ static int s_layout_record(rdzv_core_t *self, const rdzv_group_t *g, const s_lay
  * threads that took the joins: on the device each was a cache miss in
  * turn, ~280 ns a rank. Fetching a few ranks ahead overlaps them. */
 #define S_AHEAD 8
-static void s_prefetch_ahead(const rdzv_group_t *g, int r)
+/* The member S_AHEAD ranks on: its first two cache lines (the peer's
+ * fields and the identity's first bytes are in the second). */
+static void s_prefetch_member(const rdzv_group_t *g, int r)
 {
     if (r + S_AHEAD < g->world && g->members[r + S_AHEAD]) {
         __builtin_prefetch(g->members[r + S_AHEAD], 1);
         __builtin_prefetch((const char *) g->members[r + S_AHEAD] + 64, 1);
     }
+}
+
+static void s_prefetch_ahead(const rdzv_group_t *g, int r)
+{
+    s_prefetch_member(g, r);
     if (r + S_AHEAD / 2 < g->world && g->members[r + S_AHEAD / 2])
         rdzv_plans_prefetch(g->members[r + S_AHEAD / 2]->plan_node, false);
     if (r + S_AHEAD / 4 < g->world && g->members[r + S_AHEAD / 4])
@@ -199,10 +206,7 @@ void rdzv_group_release(rdzv_core_t *self, rdzv_group_t *g)
     rdzv_core_log("assign", "group=%s epoch=%lld world=%d master=%s",
                   g->name, (long long) g->epoch, g->world, g->members[0]->host);
     for (int r = 0; r < g->world; r++) {
-        if (r + S_AHEAD < g->world) {
-            __builtin_prefetch(g->members[r + S_AHEAD], 1);
-            __builtin_prefetch((const char *) g->members[r + S_AHEAD] + 64, 0);
-        }
+        s_prefetch_member(g, r);
         rdzv_member_t *m = g->members[r];
         if (!m->waiting)
             continue;

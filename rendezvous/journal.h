@@ -59,7 +59,7 @@ void rdzv_journal_set_sync_fn(rdzv_journal_t *self, int (*fn)(int fd));
  * must rebuild the current state: written to a temporary file, fsynced,
  * renamed over the journal and the directory fsynced, so a crash leaves
  * either the old journal or the new one. Queued records must have been
- * flushed first. 0 or -1 (the old journal stays). */
+ * written first. 0 or -1 (the old journal stays). */
 int rdzv_journal_compact(rdzv_journal_t *self, const cJSON *records);
 /* Where the last replay cut a journal corrupted in the middle (--repair),
  * or -1 if it cut nothing or only a torn tail. */

@@ -15,10 +15,10 @@
 
 /* Where a reply goes: the server shard whose ROUTER socket the request came
  * in on, that socket's identity for the connection, and the request id.
- * libzmq's own identities are 5 bytes and live in the peer; one a client
- * chose (ZMQ_ROUTING_ID, up to 255 bytes) lives in long_id, which the peer
- * owns. Every member keeps its peer: 256 bytes inline were most of rdzvd's
- * memory per rank. */
+ * Identities of up to RDZV_PEER_INLINE bytes (libzmq's own are 5) live in
+ * the peer; longer ones (a client's ZMQ_ROUTING_ID, up to 255 bytes) in
+ * long_id, which the peer owns. Every member keeps its peer: 256 bytes
+ * inline were most of rdzvd's memory per rank. */
 typedef struct {
     size_t len;
     int64_t req;
@@ -54,7 +54,7 @@ typedef struct {
     char *text;                  /* malloc'd JSON; NULL for an assignment not yet formatted */
     rdzv_shared_t *shared;       /* that assignment's parts */
     int rank, first_port, ports;
-    rdzv_peer_t peer;            /* last, for the same reason as its id */
+    rdzv_peer_t peer;
 } rdzv_reply_t;
 
 /* Formats an assignment reply into text (needs no core state: any thread).
