@@ -16,24 +16,11 @@
 #include <zmq.h>
 
 #include "core.h"
+#include "held_sync.h"
 #include "server.h"
 #include "rdzv_util.h"
 
 #define RANKS 64
-
-static atomic_int s_hold, s_syncs, s_held_syncs;
-
-/* fdatasync, held back while s_hold is set. */
-static int s_sync(int fd)
-{
-    if (atomic_load(&s_hold)) {
-        atomic_fetch_add(&s_held_syncs, 1);
-        while (atomic_load(&s_hold))
-            usleep(1000);
-    }
-    atomic_fetch_add(&s_syncs, 1);
-    return fdatasync(fd);
-}
 
 static void *s_run(void *arg)
 {
@@ -73,7 +60,7 @@ START_TEST(test_no_reply_before_durable)
     char err[256];
     rdzv_core_t *core = rdzv_core_new(&cfg, err, sizeof err);
     ck_assert_msg(core != NULL, "%s", err);
-    rdzv_journal_set_sync_fn(core->journal, s_sync);
+    rdzv_journal_set_sync_fn(core->journal, held_sync);
     rdzv_server_t *server = rdzv_server_new(core, "tcp://127.0.0.1:*", 4, 4, NULL, err,
                                             sizeof err);
     ck_assert_msg(server != NULL, "%s", err);
@@ -90,25 +77,26 @@ START_TEST(test_no_reply_before_durable)
     }
     for (int r = 0; r < RANKS - 1; r++)
         s_join(socks[r], r);
-    /* The first ranks' joins recorded (their syncs pass), nothing answered. */
-    int64_t until = rdzv_now_ms() + 10000;
-    while (rdzv_journal_sync_busy_s(core->journal) == 0 && atomic_load(&s_syncs) == 0
-           && rdzv_now_ms() < until)
-        usleep(1000);
-    usleep(200 * 1000);
-    ck_assert_int_eq(s_readable(socks, 0), 0);
+    /* Until the first ranks' joins are all recorded and synced. */
+    int64_t until = rdzv_now_ms() + 20000;
+    for (bool settled = false; !settled && rdzv_now_ms() < until; usleep(1000)) {
+        pthread_mutex_lock(&core->lock);
+        rdzv_group_t *g = rdzv_core_group(core, "gate");
+        settled = g && g->joined == RANKS - 1 && !rdzv_journal_pending(core->journal)
+                  && rdzv_journal_sync_busy_s(core->journal) == 0
+                  && atomic_load(&held_sync_entered) == atomic_load(&held_sync_done);
+        pthread_mutex_unlock(&core->lock);
+    }
+    ck_assert_int_eq(s_readable(socks, 0), 0);    /* a join alone is not answered */
 
-    atomic_store(&s_hold, 1);
-    int syncs_before = atomic_load(&s_syncs);
+    atomic_store(&held_sync_hold, 1);
+    int entered = atomic_load(&held_sync_entered);
     s_join(socks[RANKS - 1], RANKS - 1);           /* completes the group */
-    until = rdzv_now_ms() + 10000;
-    while (atomic_load(&s_held_syncs) == 0 && rdzv_now_ms() < until)
-        usleep(1000);
-    ck_assert_msg(atomic_load(&s_held_syncs) > 0, "the completing join started no sync");
+    ck_assert_msg(held_sync_wait_entered(entered + 1, 10000),
+                  "the completing join started no sync");
     ck_assert_int_eq(s_readable(socks, 300), 0);   /* held: nobody hears anything */
-    ck_assert_int_eq(atomic_load(&s_syncs), syncs_before);
 
-    atomic_store(&s_hold, 0);
+    atomic_store(&held_sync_hold, 0);
     int got = 0;
     for (int r = 0; r < RANKS; r++) {
         zmq_pollitem_t item = { .socket = socks[r], .events = ZMQ_POLLIN };
