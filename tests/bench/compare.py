@@ -22,8 +22,9 @@ moment the ready clients are released) to the last rank's answer:
             and get("id"). The server is a TCPStore master in its own process.
   floor:    N raw TCP clients, one request and one reply each, against a bare
             epoll server (rdzv-bench --floor, floor_seconds)
-Without torch the TCPStore half is skipped with a message. Standard library
-only, plus torch when present."""
+Without torch, or with a torch whose TCPStore has no libuv backend
+(use_libuv, torch >= 2.3), the TCPStore half is skipped with a message
+saying which. Standard library only, plus torch when present."""
 import argparse
 import json
 import os
@@ -263,7 +264,7 @@ def main():
     ap.add_argument("--processes", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--fsync", default="on", choices=["on", "off"])
     ap.add_argument("--window", type=int, default=0)
-    ap.add_argument("--timeout", type=int, default=120)
+    ap.add_argument("--timeout", type=int, default=120, help="seconds per bench call")
     ap.add_argument("--python", default=sys.executable, help="a python with torch")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--out")

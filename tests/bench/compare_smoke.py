@@ -40,6 +40,7 @@ def main():
             checks.append(("%s ranks: the variant ran" % n,
                            len(variant) == 1 and bool(variant[0].get("seconds")), variant))
         sys.path.insert(0, here)
+        sys.dont_write_bytecode = True          # no __pycache__ in the source tree
         import compare
         if compare.tcpstore_missing(sys.executable) is None:
             checks.append(("TCPStore timed", all(s.get("tcpstore_s") for s in sizes.values()),

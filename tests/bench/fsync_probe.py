@@ -33,7 +33,8 @@ def run(d, record, count, prealloc, gap):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dir")
     ap.add_argument("--record", type=int, default=18000)
     ap.add_argument("--count", type=int, default=25)

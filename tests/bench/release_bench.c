@@ -5,7 +5,7 @@
  * formatted, as the shards do after the lock. Repeats with a fresh state
  * directory and prints one JSON object with medians.
  *
- *   rdzv-release-bench [--ranks N] [--repeat R] [--nodes-per-rank|--one-node]
+ *   rdzv-release-bench [--ranks N] [--repeat R] [--one-node]
  */
 #include "core.h"
 
@@ -53,7 +53,7 @@ int main(int argc, char **argv)
     int ranks = 1024, repeat = 9, one_node = 0;
     static const struct option opts[] = {
         { "ranks", required_argument, 0, 'n' }, { "repeat", required_argument, 0, 'r' },
-        { "one-node", no_argument, 0, 'o' }, { 0, 0, 0, 0 },
+        { "one-node", no_argument, 0, 'o' }, { "help", no_argument, 0, 'h' }, { 0, 0, 0, 0 },
     };
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -64,8 +64,12 @@ int main(int argc, char **argv)
         else if (c == 'o')
             one_node = 1;
         else {
-            fprintf(stderr, "usage: rdzv-release-bench [--ranks N] [--repeat R] [--one-node]\n");
-            return 2;
+            fprintf(c == 'h' ? stdout : stderr,
+                    "usage: rdzv-release-bench [--ranks N] [--repeat R] [--one-node]\n"
+                    "  the core's share of a release of N ranks (default 1024), without\n"
+                    "  sockets: medians of R (default 9) runs; --one-node puts every rank\n"
+                    "  on one node (at most 400)\n");
+            return c == 'h' ? 0 : 2;
         }
     }
     if (ranks < 2 || repeat < 1 || (one_node && ranks > 400)) {
@@ -88,6 +92,10 @@ int main(int argc, char **argv)
         rdzv_core_t *core = rdzv_core_new(&cfg, err, sizeof err);
         if (!core) {
             printf("{\"error\":\"%s\"}\n", err);
+            char cmd[128];
+            snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+            if (system(cmd) != 0)
+                printf("{\"error\":\"%s left behind\"}\n", dir);
             return 1;
         }
         for (int r = 1; r < ranks; r++)

@@ -60,7 +60,8 @@ def parse_trace(path, since_ns):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", required=True, help="meson build dir with -Drelease_trace=true")
     ap.add_argument("--ranks", type=int, default=1024)
     ap.add_argument("--repeat", type=int, default=7)

@@ -27,7 +27,8 @@ def run_json(argv, env, timeout=120):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", required=True, help="meson build directory")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--iterations", type=int, default=200000)
