@@ -8,7 +8,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -39,17 +38,18 @@ static const s_option_t s_options[] = {
     { IPPROTO_TCP, TCP_KEEPIDLE, 0, false },  { IPPROTO_TCP, TCP_KEEPINTVL, 0, false },
     { IPPROTO_TCP, TCP_KEEPCNT, 0, false },   { IPPROTO_TCP, TCP_USER_TIMEOUT, 0, false },
     { IPPROTO_TCP, TCP_DEFER_ACCEPT, 0, false }, { IPPROTO_TCP, TCP_FASTOPEN, 0, false },
-    { IPPROTO_TCP, TCP_MAXSEG, 0, false },    { IPPROTO_IP, IP_TOS, AF_INET, false },
+    { IPPROTO_TCP, TCP_MAXSEG, 0, false },    { IPPROTO_IP, IP_TOS, 0, false },
     { IPPROTO_IPV6, IPV6_TCLASS, AF_INET6, false },
 };
 #define S_NOPTIONS (sizeof s_options / sizeof s_options[0])
 
 /* The agent makes every handed-over socket of a family the same way
  * (agent_reserve.c), so their option values are read from the first one
- * and kept: a probe then costs one getsockopt per option, not two. */
-static pthread_mutex_t s_passed_lock = PTHREAD_MUTEX_INITIALIZER;
+ * and kept: a probe then costs one getsockopt per option, not two. No
+ * lock: threads that fill it at once store the same values, and a lock
+ * held by another thread across fork() would stop the child. */
 static _Atomic bool s_passed_known[2];
-static int s_passed_value[2][S_NOPTIONS];
+static _Atomic int s_passed_value[2][S_NOPTIONS];
 
 static int s_intopt(int fd, int level, int name)
 {
@@ -58,24 +58,25 @@ static int s_intopt(int fd, int level, int name)
     return getsockopt(fd, level, name, &v, &len) == 0 ? v : -1;
 }
 
-static const int *s_passed_values(int to, int family)
+/* The handed-over socket's option values, into have. */
+static void s_passed_values(int to, int family, int *have)
 {
     int f = family == AF_INET6;
     if (!atomic_load_explicit(&s_passed_known[f], memory_order_acquire)) {
-        pthread_mutex_lock(&s_passed_lock);
-        if (!atomic_load_explicit(&s_passed_known[f], memory_order_relaxed)) {
-            for (size_t i = 0; i < S_NOPTIONS; i++)
-                s_passed_value[f][i] = s_intopt(to, s_options[i].level, s_options[i].name);
-            atomic_store_explicit(&s_passed_known[f], true, memory_order_release);
-        }
-        pthread_mutex_unlock(&s_passed_lock);
+        for (size_t i = 0; i < S_NOPTIONS; i++)
+            atomic_store_explicit(&s_passed_value[f][i],
+                                  s_intopt(to, s_options[i].level, s_options[i].name),
+                                  memory_order_relaxed);
+        atomic_store_explicit(&s_passed_known[f], true, memory_order_release);
     }
-    return s_passed_value[f];
+    for (size_t i = 0; i < S_NOPTIONS; i++)
+        have[i] = atomic_load_explicit(&s_passed_value[f][i], memory_order_relaxed);
 }
 
 static void s_copy_options(int from, int to, int family)
 {
-    const int *have = s_passed_values(to, family);
+    int have[S_NOPTIONS];
+    s_passed_values(to, family, have);
     for (size_t i = 0; i < S_NOPTIONS; i++) {
         const s_option_t *o = &s_options[i];
         if (o->family && o->family != family)

@@ -35,7 +35,9 @@ static int s_intopt(int fd, int level, int name)
 }
 
 /* A listener bound like PyTorch/libzmq bind: SO_REUSEADDR, non-blocking,
- * close-on-exec, TCP_NODELAY and SO_KEEPALIVE, which the hand-over keeps. */
+ * close-on-exec, TCP_NODELAY and SO_KEEPALIVE, plus a traffic class (IP_TOS,
+ * which Linux keeps on IPv6 sockets too, and IPV6_TCLASS), all of which the
+ * hand-over keeps. */
 static int s_listen(int family, const char *addr, int port, int v6only)
 {
     int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -43,6 +45,10 @@ static int s_listen(int family, const char *addr, int port, int v6only)
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
     setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+    int tos = 0x10, tclass = 0x20;
+    setsockopt(fd, IPPROTO_IP, IP_TOS, &tos, sizeof tos);
+    if (family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_TCLASS, &tclass, sizeof tclass);
     struct sockaddr_storage ss = { 0 };
     socklen_t len;
     if (family == AF_INET) {
@@ -66,8 +72,9 @@ static int s_listen(int family, const char *addr, int port, int v6only)
     }
     if (!(fcntl(fd, F_GETFL) & O_NONBLOCK) || !(fcntl(fd, F_GETFD) & FD_CLOEXEC)
         || s_intopt(fd, IPPROTO_TCP, TCP_NODELAY) != 1
-        || s_intopt(fd, SOL_SOCKET, SO_KEEPALIVE) != 1
-        || (family == AF_INET6 && s_intopt(fd, IPPROTO_IPV6, IPV6_V6ONLY) != v6only)) {
+        || s_intopt(fd, SOL_SOCKET, SO_KEEPALIVE) != 1 || s_intopt(fd, IPPROTO_IP, IP_TOS) != tos
+        || (family == AF_INET6 && s_intopt(fd, IPPROTO_IPV6, IPV6_V6ONLY) != v6only)
+        || (family == AF_INET6 && s_intopt(fd, IPPROTO_IPV6, IPV6_TCLASS) != tclass)) {
         fprintf(stderr, "shim_listener: the bound socket lost the caller's flags or options\n");
         close(fd);
         return -1;
