@@ -11,11 +11,13 @@
 #include "rdzv_util.h"
 
 #include <errno.h>
+#include <netdb.h>
 #include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <zmq.h>
 
 struct rdzv_transport {
@@ -41,16 +43,51 @@ static int s_set_int(void *sock, int option, int value)
     return zmq_setsockopt(sock, option, &value, sizeof value);
 }
 
+bool rdzv_endpoint_wants_ipv6(const char *endpoint)
+{
+    const char *host = strncmp(endpoint, "tcp://", 6) == 0 ? endpoint + 6 : NULL;
+    if (!host)
+        return false;
+    if (host[0] == '[')
+        return true;                 /* an IPv6 literal */
+    const char *colon = strrchr(host, ':');
+    size_t n = colon ? (size_t) (colon - host) : strlen(host);
+    char name[256];
+    if (n == 0 || n >= sizeof name)
+        return false;
+    memcpy(name, host, n);
+    name[n] = '\0';
+    if (strcmp(name, "*") == 0)
+        return false;
+    /* A name with an IPv4 address stays on IPv4, as libzmq resolves by
+     * default; only a name with IPv6 addresses alone (an IPv6-only
+     * cluster) turns IPv6 on. */
+    struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM };
+    struct addrinfo *found = NULL;
+    if (getaddrinfo(name, NULL, &hints, &found) == 0) {
+        freeaddrinfo(found);
+        return false;
+    }
+    hints.ai_family = AF_INET6;
+    if (getaddrinfo(name, NULL, &hints, &found) == 0) {
+        freeaddrinfo(found);
+        return true;
+    }
+    return false;
+}
+
 /* LINGER 0: a client that gives up must not block exit on unsent frames.
  * IMMEDIATE: while disconnected, sends fail instead of queueing stale
- * copies that would all arrive at once after a reconnect. IPV6: rdzvd may
- * serve an IPv6 address (IPv6-only Kubernetes clusters); IPv4 endpoints
- * work as before. */
-static int s_configure(void *sock)
+ * copies that would all arrive at once after a reconnect. IPV6 only where
+ * the endpoint needs it (rdzv_endpoint_wants_ipv6): with it on, libzmq
+ * resolves a name to its IPv6 addresses alone, and `localhost` (::1 in a
+ * Pod's /etc/hosts) or a dual-stack Service would miss an rdzvd listening
+ * on IPv4. */
+static int s_configure(void *sock, bool ipv6)
 {
     if (s_set_int(sock, ZMQ_LINGER, 0) != 0
         || s_set_int(sock, ZMQ_IMMEDIATE, 1) != 0
-        || s_set_int(sock, ZMQ_IPV6, 1) != 0
+        || s_set_int(sock, ZMQ_IPV6, ipv6) != 0
         || s_set_int(sock, ZMQ_RECONNECT_IVL, RDZV_RECONNECT_IVL_MS) != 0
         || s_set_int(sock, ZMQ_RECONNECT_IVL_MAX, RDZV_RECONNECT_IVL_MAX_MS) != 0
         || s_set_int(sock, ZMQ_HEARTBEAT_IVL, RDZV_HEARTBEAT_IVL_MS) != 0
@@ -71,7 +108,7 @@ rdzv_transport_t *rdzv_transport_new(const char *endpoint, char *err, size_t err
     self->ctx = zmq_ctx_new();
     if (self->ctx)
         self->sock = zmq_socket(self->ctx, ZMQ_DEALER);
-    if (!self->sock || s_configure(self->sock) != 0) {
+    if (!self->sock || s_configure(self->sock, rdzv_endpoint_wants_ipv6(endpoint)) != 0) {
         rdzv_set_error(err, errlen, "cannot create a ZeroMQ socket: %s",
                        zmq_strerror(zmq_errno()));
         rdzv_transport_destroy(&self);

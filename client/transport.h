@@ -3,6 +3,7 @@
 #define RDZV_TRANSPORT_H
 
 #include <cjson/cJSON.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -12,6 +13,9 @@ typedef struct rdzv_transport rdzv_transport_t;
  * with the reason in err; errno is EINVAL when the endpoint is malformed. */
 rdzv_transport_t *rdzv_transport_new(const char *endpoint, char *err, size_t errlen);
 void rdzv_transport_destroy(rdzv_transport_t **self_p);
+/* Whether a tcp:// endpoint needs libzmq's IPv6 resolution: an IPv6
+ * literal, or a name that has IPv6 addresses and no IPv4 one. */
+bool rdzv_endpoint_wants_ipv6(const char *endpoint);
 
 /* Gives req a fresh "id", sends it and waits until deadline_ms (rdzv_now_ms
  * clock) for the reply carrying that id; resends the same frame with

@@ -4,6 +4,7 @@
 
 #include <cjson/cJSON.h>
 #include "check_run.h"
+#include "transport.h"
 #include <check.h>
 #include <errno.h>
 #include <limits.h>
@@ -426,6 +427,22 @@ START_TEST(test_join_usage)
 }
 END_TEST
 
+/* libzmq resolves names to IPv6 addresses alone once ZMQ_IPV6 is on, so it
+ * is on only for endpoints that need it: an IPv6 literal. A name with an
+ * IPv4 address (localhost everywhere) stays on IPv4. */
+START_TEST(test_endpoint_ipv6)
+{
+    ck_assert(rdzv_endpoint_wants_ipv6("tcp://[::1]:29400"));
+    ck_assert(rdzv_endpoint_wants_ipv6("tcp://[fd00::5]:1"));
+    ck_assert(!rdzv_endpoint_wants_ipv6("tcp://127.0.0.1:29400"));
+    ck_assert(!rdzv_endpoint_wants_ipv6("tcp://*:29400"));
+    ck_assert(!rdzv_endpoint_wants_ipv6("tcp://localhost:29400"));
+    ck_assert(!rdzv_endpoint_wants_ipv6("tcp://:29400"));
+    ck_assert(!rdzv_endpoint_wants_ipv6("ipc:///tmp/rdzv.sock"));
+    ck_assert(!rdzv_endpoint_wants_ipv6("inproc://x"));
+}
+END_TEST
+
 static Suite *s_suite(void)
 {
     Suite *s = suite_create("client");
@@ -447,6 +464,7 @@ static Suite *s_suite(void)
     tc = tcase_create("client_new");
     tcase_add_test(tc, test_client_session);
     tcase_add_test(tc, test_client_bad_endpoint);
+    tcase_add_test(tc, test_endpoint_ipv6);
     suite_add_tcase(s, tc);
     return s;
 }
