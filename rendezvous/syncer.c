@@ -43,13 +43,14 @@ static void *s_thread(void *arg)
         /* Everything written before this fdatasync starts is covered by it. */
         uint64_t target = self->requested;
         int fd = self->fd;
+        int (*sync_fn)(int) = self->sync_fn;
         uint64_t bytes = target - self->durable;
         int64_t t_begin = rdzv_trace_ns();
         double t0 = s_now_s();
         self->in_flight = true;
         self->in_flight_since = t0;
         pthread_mutex_unlock(&self->lock);
-        int rc = self->sync_fn(fd);
+        int rc = sync_fn(fd);
         int err = errno;
         double took = s_now_s() - t0;
         if (bytes >= 4096) {         /* a large release's records, not a join's */
