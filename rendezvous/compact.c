@@ -85,5 +85,18 @@ int rdzv_core_compact(rdzv_core_t *self)
                   (unsigned long long) rdzv_journal_size(self->journal),
                   cJSON_GetArraySize(records));
     cJSON_Delete(records);
+    if (rc == 0) {
+        self->compacted_size = rdzv_journal_size(self->journal);
+        self->metrics.compactions++;
+    }
     return rc;
+}
+
+bool rdzv_core_wants_compaction(const rdzv_core_t *self)
+{
+    /* The file's own size: journal offsets (rdzv_journal_written) only grow
+     * across compactions, so they would call for one at every commit. */
+    uint64_t size = rdzv_journal_size(self->journal);
+    return self->cfg.compact_bytes && size > self->cfg.compact_bytes
+           && size > 2 * self->compacted_size;
 }

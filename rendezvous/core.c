@@ -186,7 +186,7 @@ rdzv_core_t *rdzv_core_new(const rdzv_config_t *cfg, char *err, size_t errlen)
         return NULL;
     }
     s_retire_dead_roots(self);
-    if (cfg->compact_bytes && rdzv_journal_size(self->journal) > cfg->compact_bytes)
+    if (rdzv_core_wants_compaction(self))
         rdzv_core_compact(self);
     if (rdzv_core_commit(self) < 0) {
         snprintf(err, errlen, "cannot write the journal in %s", cfg->state_dir);
@@ -336,7 +336,7 @@ int rdzv_core_commit_begin(rdzv_core_t *self, uint64_t *gate)
     rdzv_journal_t *j = self->journal;
     int rc = s_write(self);
     rdzv_journal_sync_start(j);
-    if (rc == 0 && self->cfg.compact_bytes && rdzv_journal_written(j) > self->cfg.compact_bytes) {
+    if (rc == 0 && rdzv_core_wants_compaction(self)) {
         /* Rare: the snapshot replaces the file once what it holds is durable. */
         rdzv_journal_wait(j, rdzv_journal_written(j));
         rdzv_core_compact(self);

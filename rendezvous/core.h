@@ -105,6 +105,7 @@ typedef struct {
     bool replaying;
     int64_t now_ms;
     rdzv_metrics_t metrics;
+    uint64_t compacted_size;     /* the journal file's size after the last compaction */
     rdzv_rate_t *rate;
     int64_t last_prune_ms;
     /* Pending waits as counted at the last tick, plus those added since: an
@@ -152,6 +153,10 @@ void rdzv_core_commit_wait(rdzv_core_t *self, uint64_t gate);
 int rdzv_core_pending(rdzv_core_t *self);
 /* Rewrites the journal as the records of the current state (compact.c). */
 int rdzv_core_compact(rdzv_core_t *self);
+/* Whether the journal file has grown enough to be compacted: past
+ * --compact-mib, and to twice what the last compaction left (a state
+ * larger than the limit would otherwise be rewritten at every commit). */
+bool rdzv_core_wants_compaction(const rdzv_core_t *self);
 /* Takes the outbox, every reply formatted (text NULL only when out of
  * memory); the caller sends and clears each reply, then frees the array. */
 rdzv_reply_t *rdzv_core_take_outbox(rdzv_core_t *self, size_t *count);

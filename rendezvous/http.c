@@ -194,6 +194,8 @@ static void s_render_metrics(rdzv_core_t *core, FILE *f)
              m->assignments);
     s_metric(f, "rdzv_epoch_changes_total", "counter", "Groups moved to a new epoch.",
              m->epoch_changes);
+    s_metric(f, "rdzv_journal_compactions_total", "counter",
+             "Journal rewrites as the records of the current state.", m->compactions);
     fprintf(f, "# HELP rdzv_shard_requests_total Requests received, by the shard whose "
             "listener took the connection.\n# TYPE rdzv_shard_requests_total counter\n");
     for (int i = 0; i < RDZV_METRIC_SHARDS; i++)

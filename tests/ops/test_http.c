@@ -245,6 +245,7 @@ START_TEST(test_metrics_counts)
     ck_assert_double_eq(s_sample(b, "rdzv_joins_total"), 4);
     ck_assert_double_eq(s_sample(b, "rdzv_assignments_total"), 2);
     ck_assert_double_eq(s_sample(b, "rdzv_epoch_changes_total"), 1);
+    ck_assert_double_eq(s_sample(b, "rdzv_journal_compactions_total"), 0);
     ck_assert_double_eq(s_sample(b, "rdzv_refusals_total{code=\"bad_rank\"}"), 1);
     ck_assert_double_eq(s_sample(b, "rdzv_refusals_total{code=\"internal\"}"), 0);
     for (int i = 0; i < RDZV_ERROR_CODES; i++) {
@@ -369,7 +370,7 @@ START_TEST(test_metrics_well_formed)
         }
         ck_assert_msg(found, "sample %s has no # TYPE before it", name);
     }
-    ck_assert_int_eq(ntyped, 12);
+    ck_assert_int_eq(ntyped, 13);
 }
 END_TEST
 

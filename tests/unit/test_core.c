@@ -332,6 +332,48 @@ START_TEST(test_status)
 }
 END_TEST
 
+/* Compaction runs once the file passes --compact-mib, then not again until
+ * it has doubled. Before, it ran at every commit after the first (journal
+ * offsets only grow), and a state bigger than the limit would stay bigger
+ * after each rewrite. */
+START_TEST(test_compaction_not_every_commit)
+{
+    rdzv_core_destroy(&core);
+    rdzv_config_t cfg = s_config();
+    cfg.compact_bytes = 4096;
+    char err[256];
+    core = rdzv_core_new(&cfg, err, sizeof err);
+    ck_assert_msg(core != NULL, "%s", err);
+    s_join(0, "a", 1, 0, "n0", "s0");
+    char big[1501];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    for (int i = 0; i < 4; i++)
+        s_send(1, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"k%d\","
+               "\"value\":\"%s\"}", i, big);
+    uint64_t compactions = core->metrics.compactions;
+    ck_assert_uint_ge(compactions, 1);
+    ck_assert_uint_gt(rdzv_journal_size(core->journal), cfg.compact_bytes);  /* the state alone */
+    for (int i = 0; i < 10; i++) {
+        s_send(1, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"s\","
+               "\"value\":\"%d\"}", i);
+        ck_assert_int_eq(rdzv_core_commit(core), 0);
+    }
+    ck_assert_uint_eq(core->metrics.compactions, compactions);
+    /* Once the file has doubled it is compacted again, and only then. */
+    uint64_t left = core->compacted_size;
+    int puts = 0;
+    while (core->metrics.compactions == compactions && puts < 50) {
+        ck_assert_uint_le(rdzv_journal_size(core->journal), 2 * left);
+        s_send(1, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"k%d\","
+               "\"value\":\"%s\"}", puts++ % 4, big);
+    }
+    ck_assert_uint_eq(core->metrics.compactions, compactions + 1);
+    ck_assert_int_gt(puts, 1);
+    s_clear_replies();
+}
+END_TEST
+
 START_TEST(test_compaction_keeps_state)
 {
     s_join(0, "a", 2, 0, "n0", "s0");
@@ -651,6 +693,7 @@ int main(void)
     tcase_add_test(tc, test_status);
     tcase_add_test(tc, test_rank0_mode);
     tcase_add_test(tc, test_compaction_keeps_state);
+    tcase_add_test(tc, test_compaction_not_every_commit);
     tcase_add_test(tc, test_limits);
     tcase_add_test(tc, test_plans_record);
     tcase_add_test(tc, test_plans_record_escapes_node_names);
