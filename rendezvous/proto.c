@@ -199,6 +199,21 @@ static int s_parse_op(s_ctx_t *c, rdzv_request_t *r)
     return s_fail(c, RDZV_E_UNKNOWN_OP, "unknown op \"%.64s\"", op->valuestring);
 }
 
+/* cJSON stops at the end of the first value; a request is that value and
+ * nothing but JSON whitespace after it, or a sender's mistake goes unseen. */
+static int s_only_whitespace_after(s_ctx_t *c, const char *end, const char *frame_end)
+{
+    for (; end < frame_end; end++)
+        if (*end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')
+            return s_fail(c, RDZV_E_BAD_JSON, "%s", "text follows the request object");
+    return 0;
+}
+
+static int s_check_frame(s_ctx_t *c, const char *frame, size_t len, const char *end)
+{
+    return s_only_whitespace_after(c, end, frame + len);
+}
+
 int rdzv_request_parse(const char *frame, size_t len, int max_world,
                        rdzv_request_t *req, const char **code,
                        char *msg, size_t msglen)
@@ -207,7 +222,8 @@ int rdzv_request_parse(const char *frame, size_t len, int max_world,
     s_ctx_t c = { .code = code, .msg = msg, .msglen = msglen };
     if (len > RDZV_MAX_FRAME)
         return s_fail(&c, RDZV_E_TOO_LARGE, "%s", "request frame is over 69632 bytes");
-    req->root = cJSON_ParseWithLength(frame, len);
+    const char *end = NULL;
+    req->root = cJSON_ParseWithLengthOpts(frame, len, &end, false);
     if (!cJSON_IsObject(req->root)) {
         rdzv_request_clear(req);
         return s_fail(&c, RDZV_E_BAD_JSON, "%s", "request is not a JSON object");
@@ -216,7 +232,8 @@ int rdzv_request_parse(const char *frame, size_t len, int max_world,
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(req->root, "id");
     if (cJSON_IsNumber(id) && fabs(id->valuedouble) < 9e15)
         req->id = (int64_t) id->valuedouble;
-    if (s_parse_op(&c, req) < 0 || s_parse_fields(&c, max_world, req) < 0) {
+    if (s_check_frame(&c, frame, len, end) < 0 || s_parse_op(&c, req) < 0
+        || s_parse_fields(&c, max_world, req) < 0) {
         int64_t keep_id = req->id;
         rdzv_request_clear(req);
         req->id = keep_id;

@@ -72,6 +72,7 @@ static const struct {
     { J("\"world\":2,\"rank\":0,\"session\":\"other\""), "rank_taken" },
     { "{\"v\":1,\"op\":\"kv_get\",\"group\":\"g\",\"epoch\":5,\"key\":\"k\"}", "bad_request" },
     { "{\"v\":1,\"op\":\"status\",\"group\":\"nope\"}", "not_found" },
+    { "{\"v\":1,\"op\":\"status\"} garbage", "bad_json" },
 };
 
 START_TEST(test_each_bad_input_refused_and_server_serves)

@@ -49,6 +49,11 @@ static const s_case_t s_cases[] = {
     { "{\"v\":1,\"op\":\"heartbeat\",\"group\":\"g\",\"rank\":0,\"session\":\"s\",\"epoch\":1}", NULL },
     { "{\"v\":1,\"op\":\"heartbeat\",\"group\":\"g\",\"rank\":0,\"session\":\"s\"}", RDZV_E_BAD_REQUEST },
     { "{\"v\":1,\"op\":\"group_delete\"}", RDZV_E_BAD_REQUEST },
+    /* Only JSON whitespace may follow the object. */
+    { "{\"v\":1,\"op\":\"status\"} \t\r\n", NULL },
+    { "{\"v\":1,\"op\":\"status\"} garbage", RDZV_E_BAD_JSON },
+    { "{\"v\":1,\"op\":\"status\"}{}", RDZV_E_BAD_JSON },
+    { "{\"v\":1,\"op\":\"status\"}\f", RDZV_E_BAD_JSON },
 };
 
 START_TEST(test_parse_table)
