@@ -209,9 +209,29 @@ static int s_only_whitespace_after(s_ctx_t *c, const char *end, const char *fram
     return 0;
 }
 
+/* cJSON decodes "\u0000" (and copies a raw NUL) into a C string, where it
+ * silently cuts the value short: "a\u0000b" would name group "a". The frame
+ * parsed, so a backslash can only start an escape inside a string; skipping
+ * the escaped character keeps "\\u0000" (a literal backslash) allowed. */
+static int s_no_nul(s_ctx_t *c, const char *frame, const char *end)
+{
+    if (memchr(frame, '\0', (size_t) (end - frame)))
+        return s_fail(c, RDZV_E_BAD_REQUEST, "%s", "request holds a NUL byte");
+    for (const char *p = frame; p + 1 < end; p++) {
+        if (*p != '\\')
+            continue;
+        if (p[1] == 'u' && end - p >= 6 && memcmp(p + 2, "0000", 4) == 0)
+            return s_fail(c, RDZV_E_BAD_REQUEST, "%s", "request holds a \\u0000 escape");
+        p++;
+    }
+    return 0;
+}
+
 static int s_check_frame(s_ctx_t *c, const char *frame, size_t len, const char *end)
 {
-    return s_only_whitespace_after(c, end, frame + len);
+    if (s_only_whitespace_after(c, end, frame + len) < 0)
+        return -1;
+    return s_no_nul(c, frame, end);
 }
 
 int rdzv_request_parse(const char *frame, size_t len, int max_world,

@@ -4,6 +4,7 @@
 #include "check_run.h"
 #include <check.h>
 #include <netinet/in.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,17 @@ static const struct {
     { "{\"v\":1,\"op\":\"status\"} garbage", "bad_json" },
 };
 
+/* Group u is a world-1 group the test below forms. */
+#define KV(op, extra) "{\"v\":1,\"op\":\"" op "\",\"group\":\"u\",\"epoch\":1,\"key\":\"k\"" extra "}"
+
+/* Each would change state under a wrong name or value if it were served. */
+static const char *s_refused[] = {
+    "{\"v\":1,\"op\":\"join\",\"group\":\"a\\u0000b\",\"host\":\"h\",\"node\":\"n\","
+    "\"session\":\"s\",\"world\":1,\"rank\":0,\"nccl_id\":\"none\"}",
+    KV("kv_put", ",\"value\":\"ab\\u0000cd\""),
+    "{\"v\":1,\"op\":\"status\\u0000x\"}",
+};
+
 START_TEST(test_each_bad_input_refused_and_server_serves)
 {
     /* Rank 0 of group g waits while the garbage arrives. */
@@ -104,6 +116,35 @@ START_TEST(test_each_bad_input_refused_and_server_serves)
     ck_assert_int_gt(zmq_recv(rank1, reply, sizeof reply - 1, 0), 0);
     zmq_close(rank0);
     zmq_close(rank1);
+}
+END_TEST
+
+/* Sends frame and returns whether the reply is a success. */
+static bool s_ok(void *s, const char *frame)
+{
+    ck_assert_int_ge(zmq_send(s, frame, strlen(frame), 0), 0);
+    char reply[4096];
+    int n = zmq_recv(s, reply, sizeof reply - 1, 0);
+    ck_assert_msg(n > 0, "no reply to %.60s", frame);
+    reply[n] = '\0';
+    return strstr(reply, "\"ok\":true") != NULL;
+}
+
+/* A refused request records nothing: no group under the cut-short name,
+ * no value cut short. */
+START_TEST(test_refused_strings_record_nothing)
+{
+    void *s = s_dealer();
+    const char *join = "{\"v\":1,\"op\":\"join\",\"group\":\"u\",\"host\":\"h\",\"node\":\"n\","
+                       "\"session\":\"s\",\"world\":1,\"rank\":0,\"nccl_id\":\"none\"}";
+    ck_assert(s_ok(s, join));
+    for (size_t i = 0; i < sizeof s_refused / sizeof s_refused[0]; i++)
+        s_expect(s, s_refused[i], strlen(s_refused[i]), "bad_request");
+    s_expect(s, KV("kv_get", ""), strlen(KV("kv_get", "")), "not_found");
+    const char *status_a = "{\"v\":1,\"op\":\"status\",\"group\":\"a\"}";
+    s_expect(s, status_a, strlen(status_a), "not_found");
+    ck_assert(s_ok(s, KV("kv_put", ",\"value\":\"fine\"")));
+    zmq_close(s);
 }
 END_TEST
 
@@ -152,6 +193,7 @@ int main(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_each_bad_input_refused_and_server_serves);
     tcase_add_test(tc, test_garbage_on_the_socket);
+    tcase_add_test(tc, test_refused_strings_record_nothing);
     suite_add_tcase(s, tc);
     return rdzv_check_run(s);
 }

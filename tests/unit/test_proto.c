@@ -54,6 +54,15 @@ static const s_case_t s_cases[] = {
     { "{\"v\":1,\"op\":\"status\"} garbage", RDZV_E_BAD_JSON },
     { "{\"v\":1,\"op\":\"status\"}{}", RDZV_E_BAD_JSON },
     { "{\"v\":1,\"op\":\"status\"}\f", RDZV_E_BAD_JSON },
+    /* An encoded NUL would cut a string short; a literal backslash is fine. */
+    { "{\"v\":1,\"op\":\"status\",\"group\":\"a\\u0000b\"}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1,\"op\":\"status\\u0000x\"}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":\"ab\\u0000cd\"}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1,\"op\":\"status\",\"x\\u0000\":1}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":\"a\\\\u0000b\"}", NULL },
+    { "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":\"\\\\\\u0000\"}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":\"\\u00001\"}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":\"\\u0001\\u1000\"}", NULL },
 };
 
 START_TEST(test_parse_table)
@@ -72,6 +81,31 @@ START_TEST(test_parse_table)
         ck_assert_msg(rc == 0, "case %d refused (%s: %s): %s", _i, code, msg, c->json);
         rdzv_request_clear(&req);
     }
+}
+END_TEST
+
+/* A raw NUL byte inside a string: strlen would stop at it. */
+START_TEST(test_raw_nul_refused)
+{
+    static const char json[] = "{\"v\":1,\"op\":\"status\",\"group\":\"a\0b\"}";
+    rdzv_request_t req;
+    const char *code;
+    char msg[128];
+    ck_assert_int_eq(rdzv_request_parse(json, sizeof json - 1, 100, &req, &code, msg, sizeof msg), -1);
+    ck_assert_str_eq(code, RDZV_E_BAD_REQUEST);
+}
+END_TEST
+
+/* The value keeps its literal backslash and every byte after it. */
+START_TEST(test_escaped_backslash_kept)
+{
+    const char *json = "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":\"ab\\\\u0000cd\"}";
+    rdzv_request_t req;
+    const char *code;
+    char msg[128];
+    ck_assert_int_eq(rdzv_request_parse(json, strlen(json), 100, &req, &code, msg, sizeof msg), 0);
+    ck_assert_str_eq(req.value, "ab\\u0000cd");
+    rdzv_request_clear(&req);
 }
 END_TEST
 
@@ -174,6 +208,8 @@ int main(void)
     Suite *s = suite_create("proto");
     TCase *tc = tcase_create("rdzv_request_parse");
     tcase_add_loop_test(tc, test_parse_table, 0, (int) (sizeof s_cases / sizeof s_cases[0]));
+    tcase_add_test(tc, test_raw_nul_refused);
+    tcase_add_test(tc, test_escaped_backslash_kept);
     tcase_add_test(tc, test_join_fields);
     tcase_add_test(tc, test_error_keeps_id_and_oversize);
     tcase_add_test(tc, test_max_world_option);
