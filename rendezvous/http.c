@@ -282,15 +282,8 @@ static enum MHD_Result s_handle_healthz(struct MHD_Connection *conn, rdzv_core_t
     return s_text(conn, MHD_HTTP_OK, "ok\n");
 }
 
-static enum MHD_Result s_dispatch(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls)
+static enum MHD_Result s_route(struct MHD_Connection *conn, rdzv_http_t *self, const char *url)
 {
-    rdzv_http_t *self = cls;
-    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
-        return s_json(conn, MHD_HTTP_METHOD_NOT_ALLOWED,
-                      s_json_error("method_not_allowed", "only GET and HEAD are served"));
     rdzv_core_t *core = atomic_load(&self->core);
     if (strcmp(url, "/healthz") == 0)
         return s_handle_healthz(conn, core);
@@ -308,6 +301,38 @@ static enum MHD_Result s_dispatch(void *cls, struct MHD_Connection *conn, const 
     if (strcmp(url, S_GROUPS_PATH) == 0)
         return s_handle_groups(conn, core, NULL);
     return s_handle_groups(conn, core, url + strlen(S_GROUPS_PATH "/"));
+}
+
+/* libmicrohttpd would hand on the decoded path as a C string, which an
+ * encoded NUL cuts short ("/v1/groups/u8%00zzz" answered group u8): it
+ * keeps the path as sent, and s_dispatch decodes it where a NUL shows. */
+static size_t s_keep_escaped(void *cls, struct MHD_Connection *conn, char *s)
+{
+    (void) cls;
+    (void) conn;
+    return strlen(s);
+}
+
+static enum MHD_Result s_dispatch(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+        return s_json(conn, MHD_HTTP_METHOD_NOT_ALLOWED,
+                      s_json_error("method_not_allowed", "only GET and HEAD are served"));
+    char *path = strdup(url);
+    if (!path)
+        return MHD_NO;
+    size_t len = MHD_http_unescape(path);
+    enum MHD_Result rc;
+    if (memchr(path, '\0', len))
+        rc = s_json(conn, MHD_HTTP_BAD_REQUEST,
+                    s_json_error(RDZV_E_BAD_REQUEST, "the path holds an encoded NUL"));
+    else
+        rc = s_route(conn, cls, path);
+    free(path);
+    return rc;
 }
 
 /* --- lifecycle --- */
@@ -334,6 +359,7 @@ rdzv_http_t *rdzv_http_new(const char *addr_port, char *err, size_t errlen)
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *) &addr,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned) S_CONNECTION_LIMIT,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned) S_CONNECTION_TIMEOUT_S,
+        MHD_OPTION_UNESCAPE_CALLBACK, s_keep_escaped, NULL,
         MHD_OPTION_END);
     int saved = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);

@@ -411,6 +411,13 @@ START_TEST(test_groups_json)
     s_fetch("/v1/groups/a/b", &r);
     ck_assert_int_eq(r.status, 200);
     ck_assert_ptr_nonnull(strstr(r.body, "\"group\":\"a/b\""));
+    /* Percent escapes decode; an encoded NUL names no group g. */
+    s_fetch("/v1/groups/%67", &r);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_ptr_nonnull(strstr(r.body, "\"group\":\"g\""));
+    s_fetch("/v1/groups/g%00zzz", &r);
+    ck_assert_int_eq(r.status, 400);
+    ck_assert_ptr_nonnull(strstr(r.body, RDZV_E_BAD_REQUEST));
 }
 END_TEST
 
