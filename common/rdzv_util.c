@@ -62,6 +62,59 @@ bool rdzv_text_valid(const char *s)
     return true;
 }
 
+/* Length of the well-formed UTF-8 sequence that starts s (RFC 3629,
+ * table 3-7 of Unicode), 0 if there is none. The second byte's range is
+ * what refuses overlongs (E0, F0), surrogates (ED) and > U+10FFFF (F4). */
+static size_t s_utf8_sequence(const unsigned char *s, size_t n)
+{
+    if (s[0] < 0x80)
+        return 1;
+    size_t need;
+    unsigned char lo = 0x80, hi = 0xbf;
+    if (s[0] >= 0xc2 && s[0] <= 0xdf)
+        need = 2;
+    else if (s[0] >= 0xe0 && s[0] <= 0xef) {
+        need = 3;
+        lo = s[0] == 0xe0 ? 0xa0 : lo;
+        hi = s[0] == 0xed ? 0x9f : hi;
+    } else if (s[0] >= 0xf0 && s[0] <= 0xf4) {
+        need = 4;
+        lo = s[0] == 0xf0 ? 0x90 : lo;
+        hi = s[0] == 0xf4 ? 0x8f : hi;
+    } else
+        return 0;
+    if (n < need || s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < need; i++)
+        if (s[i] < 0x80 || s[i] > 0xbf)
+            return 0;
+    return need;
+}
+
+bool rdzv_utf8_valid(const char *s, size_t len)
+{
+    const unsigned char *p = (const unsigned char *) s;
+    while (len > 0) {
+        size_t n = s_utf8_sequence(p, len);
+        if (n == 0)
+            return false;
+        p += n;
+        len -= n;
+    }
+    return true;
+}
+
+size_t rdzv_utf8_prefix(const char *s, size_t max)
+{
+    size_t n = strnlen(s, max + 1);
+    if (n <= max)
+        return n;
+    /* s[n] continuing a sequence means the cut would split it. */
+    for (n = max; n > 0 && ((unsigned char) s[n] & 0xc0) == 0x80; n--)
+        ;
+    return n;
+}
+
 int rdzv_random_bytes(void *out, size_t nbytes)
 {
     unsigned char *p = out;

@@ -16,6 +16,13 @@ bool rdzv_name_valid(const char *s);
 /* Free text (host, node, session): 1..255 bytes, no control characters. */
 bool rdzv_text_valid(const char *s);
 
+/* Whether s[0..len) is well-formed UTF-8: no overlong forms, surrogates,
+ * code points above U+10FFFF or cut-off sequences. */
+bool rdzv_utf8_valid(const char *s, size_t len);
+/* How many bytes of the UTF-8 string s, at most max, end on a character
+ * boundary: for "%.*s", so a shortened echo stays valid UTF-8. */
+size_t rdzv_utf8_prefix(const char *s, size_t max);
+
 /* Fills out with nbytes random bytes from getrandom(); returns 0 or -1. */
 int rdzv_random_bytes(void *out, size_t nbytes);
 

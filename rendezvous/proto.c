@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* How much of a refused value an error message echoes. */
+#define S_ECHO_MAX 64
+
 typedef struct {
     const char *name;
     rdzv_op_t op;
@@ -196,7 +199,8 @@ static int s_parse_op(s_ctx_t *c, rdzv_request_t *r)
             r->op = s_ops[i].op;
             return 0;
         }
-    return s_fail(c, RDZV_E_UNKNOWN_OP, "unknown op \"%.64s\"", op->valuestring);
+    return s_fail(c, RDZV_E_UNKNOWN_OP, "unknown op \"%.*s\"",
+                  (int) rdzv_utf8_prefix(op->valuestring, S_ECHO_MAX), op->valuestring);
 }
 
 /* cJSON stops at the end of the first value; a request is that value and
@@ -227,11 +231,22 @@ static int s_no_nul(s_ctx_t *c, const char *frame, const char *end)
     return 0;
 }
 
+/* cJSON copies string bytes as they come, and every status and assignment
+ * echoes them: one stored bad byte breaks every client's JSON decoder. Bytes
+ * above 0x7f stand only in strings of a parsed frame, and cJSON refuses
+ * escapes that are lone surrogates, so checking the frame checks them all. */
+static int s_utf8(s_ctx_t *c, const char *frame, size_t len)
+{
+    if (!rdzv_utf8_valid(frame, len))
+        return s_fail(c, RDZV_E_BAD_REQUEST, "%s", "request is not valid UTF-8");
+    return 0;
+}
+
 static int s_check_frame(s_ctx_t *c, const char *frame, size_t len, const char *end)
 {
-    if (s_only_whitespace_after(c, end, frame + len) < 0)
+    if (s_only_whitespace_after(c, end, frame + len) < 0 || s_no_nul(c, frame, end) < 0)
         return -1;
-    return s_no_nul(c, frame, end);
+    return s_utf8(c, frame, len);
 }
 
 int rdzv_request_parse(const char *frame, size_t len, int max_world,

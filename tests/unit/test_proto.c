@@ -7,6 +7,7 @@
 #include "proto.h"
 #include "reply.h"
 #include "rdzv_proto.h"
+#include "rdzv_util.h"
 
 typedef struct {
     const char *json;
@@ -63,6 +64,14 @@ static const s_case_t s_cases[] = {
     { "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":\"\\\\\\u0000\"}", RDZV_E_BAD_REQUEST },
     { "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":\"\\u00001\"}", RDZV_E_BAD_REQUEST },
     { "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":\"\\u0001\\u1000\"}", NULL },
+    /* Strings must be well-formed UTF-8, raw or escaped. */
+    { "{\"v\":1," JOIN_OK ",\"world\":4,\"rank\":3,\"x\":\"caf\xc3\xa9 \\ud83d\\ude00\"}", NULL },
+    { "{\"v\":1,\"op\":\"join\",\"group\":\"g\",\"host\":\"h\xff\",\"node\":\"n\",\"session\":\"s\",\"world\":1,\"rank\":0}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1,\"op\":\"join\",\"group\":\"g\",\"host\":\"h\",\"node\":\"\xc0\xae\",\"session\":\"s\",\"world\":1,\"rank\":0}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1,\"op\":\"join\",\"group\":\"g\",\"host\":\"h\",\"node\":\"n\",\"session\":\"\xed\xa0\x80\",\"world\":1,\"rank\":0}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":\"\xf4\x90\x80\x80\"}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":\"\\ud800\"}", RDZV_E_BAD_JSON },
+    { "{\"v\":1,\"op\":\"status\",\"\xe2\x82\":1}", RDZV_E_BAD_REQUEST },
 };
 
 START_TEST(test_parse_table)
@@ -106,6 +115,22 @@ START_TEST(test_escaped_backslash_kept)
     ck_assert_int_eq(rdzv_request_parse(json, strlen(json), 100, &req, &code, msg, sizeof msg), 0);
     ck_assert_str_eq(req.value, "ab\\u0000cd");
     rdzv_request_clear(&req);
+}
+END_TEST
+
+/* The echoed op is cut on a character boundary, so the reply stays UTF-8. */
+START_TEST(test_unknown_op_echo_is_utf8)
+{
+    char json[256], op[80];
+    memset(op, 'o', 63);
+    strcpy(op + 63, "\xc3\xa9\xc3\xa9");
+    snprintf(json, sizeof json, "{\"v\":1,\"op\":\"%s\"}", op);
+    rdzv_request_t req;
+    const char *code;
+    char msg[256];
+    ck_assert_int_eq(rdzv_request_parse(json, strlen(json), 100, &req, &code, msg, sizeof msg), -1);
+    ck_assert_str_eq(code, RDZV_E_UNKNOWN_OP);
+    ck_assert_msg(rdzv_utf8_valid(msg, strlen(msg)), "not UTF-8: %s", msg);
 }
 END_TEST
 
@@ -210,6 +235,7 @@ int main(void)
     tcase_add_loop_test(tc, test_parse_table, 0, (int) (sizeof s_cases / sizeof s_cases[0]));
     tcase_add_test(tc, test_raw_nul_refused);
     tcase_add_test(tc, test_escaped_backslash_kept);
+    tcase_add_test(tc, test_unknown_op_echo_is_utf8);
     tcase_add_test(tc, test_join_fields);
     tcase_add_test(tc, test_error_keeps_id_and_oversize);
     tcase_add_test(tc, test_max_world_option);

@@ -1,0 +1,94 @@
+#include "check_run.h"
+#include <check.h>
+#include <string.h>
+
+#include "rdzv_util.h"
+
+typedef struct {
+    const char *bytes;
+    size_t len;                  /* 0: strlen(bytes) */
+    bool valid;
+} s_utf8_case_t;
+
+static const s_utf8_case_t s_utf8_cases[] = {
+    { "", 0, true },
+    { "plain ascii", 0, true },
+    { "\x7f", 0, true },
+    { "\xc2\x80", 0, true },              /* U+0080, smallest 2-byte */
+    { "caf\xc3\xa9", 0, true },
+    { "\xdf\xbf", 0, true },              /* U+07FF */
+    { "\xe0\xa0\x80", 0, true },          /* U+0800, smallest 3-byte */
+    { "\xe2\x82\xac", 0, true },          /* euro sign */
+    { "\xed\x9f\xbf", 0, true },          /* U+D7FF, below the surrogates */
+    { "\xee\x80\x80", 0, true },          /* U+E000, above them */
+    { "\xef\xbf\xbf", 0, true },          /* U+FFFF */
+    { "\xf0\x90\x80\x80", 0, true },      /* U+10000, smallest 4-byte */
+    { "\xf0\x9f\x98\x80", 0, true },      /* emoji */
+    { "\xf4\x8f\xbf\xbf", 0, true },      /* U+10FFFF, the last */
+    { "a\0b", 3, true },                  /* NUL is UTF-8; proto refuses it apart */
+    { "\x80", 0, false },                 /* lone continuation */
+    { "\xbf", 0, false },
+    { "\xc0\x80", 0, false },             /* overlong NUL */
+    { "\xc1\xbf", 0, false },             /* overlong 2-byte */
+    { "\xe0\x80\x80", 0, false },         /* overlong 3-byte */
+    { "\xe0\x9f\xbf", 0, false },
+    { "\xf0\x80\x80\x80", 0, false },     /* overlong 4-byte */
+    { "\xf0\x8f\xbf\xbf", 0, false },
+    { "\xed\xa0\x80", 0, false },         /* U+D800, high surrogate */
+    { "\xed\xbf\xbf", 0, false },         /* U+DFFF, low surrogate */
+    { "\xf4\x90\x80\x80", 0, false },     /* U+110000 */
+    { "\xf5\x80\x80\x80", 0, false },
+    { "\xff", 0, false },
+    { "\xfe", 0, false },
+    { "\xc3", 0, false },                 /* cut off */
+    { "\xe2\x82", 0, false },
+    { "\xf0\x9f\x98", 0, false },
+    { "\xc3\x28", 0, false },             /* bad continuation */
+    { "\xe2\x28\xa1", 0, false },
+    { "\xe2\x82\x28", 0, false },
+    { "\xf0\x9f\x28\x80", 0, false },
+    { "ok\xc3\xa9then\xff", 0, false },
+};
+
+START_TEST(test_utf8_valid_table)
+{
+    const s_utf8_case_t *c = &s_utf8_cases[_i];
+    size_t len = c->len ? c->len : strlen(c->bytes);
+    ck_assert_msg(rdzv_utf8_valid(c->bytes, len) == c->valid, "case %d", _i);
+}
+END_TEST
+
+static const struct {
+    const char *s;
+    size_t max, want;
+} s_prefix_cases[] = {
+    { "abc", 5, 3 },
+    { "abc", 3, 3 },
+    { "abc", 2, 2 },
+    { "a\xc3\xa9", 2, 1 },                /* would split the e-acute */
+    { "a\xc3\xa9", 3, 3 },
+    { "\xe2\x82\xac\xe2\x82\xac", 5, 3 },
+    { "\xf0\x9f\x98\x80", 3, 0 },
+    { "\xf0\x9f\x98\x80z", 4, 4 },
+};
+
+START_TEST(test_utf8_prefix_table)
+{
+    ck_assert_uint_eq(rdzv_utf8_prefix(s_prefix_cases[_i].s, s_prefix_cases[_i].max),
+                      s_prefix_cases[_i].want);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("util");
+    TCase *tv = tcase_create("rdzv_utf8_valid");
+    tcase_add_loop_test(tv, test_utf8_valid_table, 0,
+                        (int) (sizeof s_utf8_cases / sizeof s_utf8_cases[0]));
+    suite_add_tcase(s, tv);
+    TCase *tp = tcase_create("rdzv_utf8_prefix");
+    tcase_add_loop_test(tp, test_utf8_prefix_table, 0,
+                        (int) (sizeof s_prefix_cases / sizeof s_prefix_cases[0]));
+    suite_add_tcase(s, tp);
+    return rdzv_check_run(s);
+}
