@@ -256,8 +256,10 @@ static enum MHD_Result s_handle_groups(struct MHD_Connection *conn, rdzv_core_t 
     if (found)
         text = cJSON_PrintUnformatted(root);
     else {
+        /* Only a valid name is echoed: any other bytes could break the JSON. */
         char message[300];
-        snprintf(message, sizeof message, "no group %.255s", name);
+        snprintf(message, sizeof message, "no group %.255s",
+                 rdzv_name_valid(name) ? name : "by that name");
         text = s_json_error(RDZV_E_NOT_FOUND, message);
     }
     cJSON_Delete(root);

@@ -435,6 +435,10 @@ START_TEST(test_unknown_group_path_and_method)
     cJSON_Delete(root);
     s_fetch("/v1/groups/", &r);
     ck_assert_int_eq(r.status, 404);
+    /* A name that is not UTF-8 is not echoed into the JSON. */
+    s_fetch("/v1/groups/x%ff%c0", &r);
+    ck_assert_int_eq(r.status, 404);
+    ck_assert_msg(rdzv_utf8_valid(r.body, strlen(r.body)), "not UTF-8: %s", r.body);
     s_fetch("/", &r);
     ck_assert_int_eq(r.status, 404);
     s_fetch("/metricsx", &r);
