@@ -242,11 +242,52 @@ static int s_utf8(s_ctx_t *c, const char *frame, size_t len)
     return 0;
 }
 
+static int s_name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *) a, *(const char *const *) b);
+}
+
+/* cJSON keeps every member and lookups take the first, so a repeated key
+ * means one thing to rdzvd and maybe another to whoever built the request.
+ * Sorting the names finds a repeat without a quadratic scan of a big frame. */
+static int s_keys_unique(s_ctx_t *c, const cJSON *object)
+{
+    int n = cJSON_GetArraySize(object);
+    if (n < 2)
+        return 0;
+    const char **names = malloc((size_t) n * sizeof *names);
+    if (!names)
+        return s_fail(c, RDZV_E_BAD_REQUEST, "%s", "out of memory checking keys");
+    int i = 0;
+    for (const cJSON *m = object->child; m; m = m->next)
+        names[i++] = m->string;
+    qsort(names, (size_t) n, sizeof *names, s_name_cmp);
+    int rc = 0;
+    for (i = 1; i < n && rc == 0; i++)
+        if (strcmp(names[i - 1], names[i]) == 0)
+            rc = s_fail(c, RDZV_E_BAD_REQUEST, "duplicate key \"%.*s\"",
+                        (int) rdzv_utf8_prefix(names[i], S_ECHO_MAX), names[i]);
+    free(names);
+    return rc;
+}
+
+/* Every object in the request, nested ones included. */
+static int s_no_duplicate_keys(s_ctx_t *c, const cJSON *node)
+{
+    if (cJSON_IsObject(node) && s_keys_unique(c, node) < 0)
+        return -1;
+    for (const cJSON *m = node->child; m; m = m->next)
+        if (s_no_duplicate_keys(c, m) < 0)
+            return -1;
+    return 0;
+}
+
 static int s_check_frame(s_ctx_t *c, const char *frame, size_t len, const char *end)
 {
-    if (s_only_whitespace_after(c, end, frame + len) < 0 || s_no_nul(c, frame, end) < 0)
+    if (s_only_whitespace_after(c, end, frame + len) < 0 || s_no_nul(c, frame, end) < 0
+        || s_utf8(c, frame, len) < 0)
         return -1;
-    return s_utf8(c, frame, len);
+    return s_no_duplicate_keys(c, c->root);
 }
 
 int rdzv_request_parse(const char *frame, size_t len, int max_world,

@@ -88,6 +88,9 @@ static const char *s_refused[] = {
     KV("kv_put", ",\"value\":\"ab\xff" "cd\""),
     "{\"v\":1,\"op\":\"join\",\"group\":\"a\",\"host\":\"h\xc0\xae\",\"node\":\"n\","
     "\"session\":\"s\",\"world\":1,\"rank\":0,\"nccl_id\":\"none\"}",
+    KV("kv_put", ",\"value\":\"first\",\"value\":\"second\""),
+    "{\"v\":1,\"op\":\"join\",\"group\":\"a\",\"group\":\"u\",\"host\":\"h\",\"node\":\"n\","
+    "\"session\":\"s\",\"world\":1,\"rank\":0,\"nccl_id\":\"none\"}",
 };
 
 START_TEST(test_each_bad_input_refused_and_server_serves)

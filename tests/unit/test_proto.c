@@ -72,6 +72,14 @@ static const s_case_t s_cases[] = {
     { "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":\"\xf4\x90\x80\x80\"}", RDZV_E_BAD_REQUEST },
     { "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":\"\\ud800\"}", RDZV_E_BAD_JSON },
     { "{\"v\":1,\"op\":\"status\",\"\xe2\x82\":1}", RDZV_E_BAD_REQUEST },
+    /* A key may appear once per object, nested objects included. */
+    { "{\"v\":1,\"op\":\"status\",\"op\":\"group_delete\",\"group\":\"g\"}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1,\"op\":\"status\",\"group\":\"g\",\"group\":\"h\"}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1,\"v\":1,\"op\":\"status\"}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1,\"op\":\"status\",\"x\":[{\"a\":1,\"b\":2,\"a\":3}]}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1,\"op\":\"status\",\"x\":{\"y\":{\"z\":1,\"z\":1}}}", RDZV_E_BAD_REQUEST },
+    { "{\"v\":1,\"op\":\"status\",\"x\":{\"op\":1,\"v\":2},\"y\":[{\"a\":1},{\"a\":2}]}", NULL },
+    { "{\"v\":1,\"op\":\"status\",\"Op\":1}", NULL },
 };
 
 START_TEST(test_parse_table)
@@ -131,6 +139,19 @@ START_TEST(test_unknown_op_echo_is_utf8)
     ck_assert_int_eq(rdzv_request_parse(json, strlen(json), 100, &req, &code, msg, sizeof msg), -1);
     ck_assert_str_eq(code, RDZV_E_UNKNOWN_OP);
     ck_assert_msg(rdzv_utf8_valid(msg, strlen(msg)), "not UTF-8: %s", msg);
+}
+END_TEST
+
+/* The message names the key, and the request's id still comes back. */
+START_TEST(test_duplicate_key_message)
+{
+    const char *json = "{\"v\":1,\"id\":7,\"op\":\"status\",\"group\":\"g\",\"group\":\"h\"}";
+    rdzv_request_t req;
+    const char *code;
+    char msg[128];
+    ck_assert_int_eq(rdzv_request_parse(json, strlen(json), 100, &req, &code, msg, sizeof msg), -1);
+    ck_assert_str_eq(msg, "duplicate key \"group\"");
+    ck_assert_int_eq(req.id, 7);
 }
 END_TEST
 
@@ -236,6 +257,7 @@ int main(void)
     tcase_add_test(tc, test_raw_nul_refused);
     tcase_add_test(tc, test_escaped_backslash_kept);
     tcase_add_test(tc, test_unknown_op_echo_is_utf8);
+    tcase_add_test(tc, test_duplicate_key_message);
     tcase_add_test(tc, test_join_fields);
     tcase_add_test(tc, test_error_keeps_id_and_oversize);
     tcase_add_test(tc, test_max_world_option);
