@@ -29,6 +29,14 @@ struct rdzv_heartbeat {
     _Atomic uint64_t beats;
 };
 
+/* The assignment no longer holds: the group moved past its epoch, or rdzvd
+ * no longer knows the rank's session (the group was deleted, or another
+ * session took the rank). */
+static bool s_gone(const char *code)
+{
+    return strcmp(code, "stale_epoch") == 0 || strcmp(code, "not_found") == 0;
+}
+
 static void *s_run(void *arg)
 {
     rdzv_heartbeat_t *self = arg;
@@ -39,8 +47,7 @@ static void *s_run(void *arg)
         int rc = rdzv_heartbeat(self->client, self->group, self->rank, self->epoch, &seen);
         if (rc == RDZV_OK)
             atomic_fetch_add(&self->beats, 1);
-        else if (rc == RDZV_ERR_REFUSED
-                 && strcmp(rdzv_client_error_code(self->client), "stale_epoch") == 0)
+        else if (rc == RDZV_ERR_REFUSED && s_gone(rdzv_client_error_code(self->client)))
             atomic_store(&self->stale, true);
         pthread_mutex_lock(&self->lock);
         struct timespec until;

@@ -110,7 +110,9 @@ rdzv_heartbeat_t *rdzv_heartbeat_start(const char *endpoint, const char *session
                                        int interval_ms, char *err, size_t errlen);
 void rdzv_heartbeat_stop(rdzv_heartbeat_t **self_p);
 /* True once rdzvd said the group moved past the assignment's epoch (a rank
- * restarted): the program should join again. */
+ * restarted: the program should join again), or answered not_found (the
+ * group was deleted, or another session took the rank: the assignment and
+ * its ports are no longer this rank's). */
 bool rdzv_heartbeat_stale(const rdzv_heartbeat_t *self);
 /* Heartbeats rdzvd has acknowledged. */
 uint64_t rdzv_heartbeat_count(const rdzv_heartbeat_t *self);

@@ -281,6 +281,30 @@ START_TEST(test_background_heartbeat)
 }
 END_TEST
 
+/* Polls rdzv_heartbeat_stale for up to 10 s. */
+static bool s_turns_stale(const rdzv_heartbeat_t *hb)
+{
+    for (int i = 0; i < 200 && !rdzv_heartbeat_stale(hb); i++)
+        usleep(50000);
+    return rdzv_heartbeat_stale(hb);
+}
+
+START_TEST(test_heartbeat_stale_after_delete)
+{
+    s_rank_t *ranks = s_run_group("hbdel", 1, 1);
+    char err[256];
+    rdzv_heartbeat_t *hb = rdzv_heartbeat_start(server.endpoint, ranks[0].session,
+                                                ranks[0].assignment, 200, err, sizeof err);
+    ck_assert_msg(hb != NULL, "%s", err);
+    rdzv_client_t *c = rdzv_client_new(server.endpoint, NULL, err, sizeof err);
+    ck_assert_int_eq(rdzv_group_delete(c, "hbdel"), RDZV_OK);
+    ck_assert_msg(s_turns_stale(hb), "a deleted group's heartbeat never turned stale");
+    rdzv_heartbeat_stop(&hb);
+    rdzv_client_destroy(&c);
+    s_free_group(ranks, 1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("join_api");
@@ -296,6 +320,7 @@ int main(void)
     tcase_add_test(tc, test_timeout_and_refusals);
     tcase_add_test(tc, test_kv_and_status);
     tcase_add_test(tc, test_background_heartbeat);
+    tcase_add_test(tc, test_heartbeat_stale_after_delete);
     suite_add_tcase(s, tc);
     return rdzv_check_run(s);
 }
