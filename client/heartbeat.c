@@ -14,6 +14,9 @@
 #include <time.h>
 
 #define S_DEFAULT_INTERVAL_MS 5000
+/* A heartbeat's request waits at most its interval, and never longer than
+ * this, so that rdzv_heartbeat_stop returns promptly with rdzvd away. */
+#define S_MAX_REQUEST_MS 2000
 
 struct rdzv_heartbeat {
     rdzv_client_t *client;
@@ -92,6 +95,9 @@ RDZV_EXPORT rdzv_heartbeat_t *rdzv_heartbeat_start(const char *endpoint, const c
     self->epoch = rdzv_assignment_epoch(assignment);
     self->interval_ms = s_interval(interval_ms);
     self->client = rdzv_client_new(endpoint, session, err, errlen);
+    if (self->client)
+        rdzv_client_set_request_timeout(self->client, self->interval_ms < S_MAX_REQUEST_MS
+                                                      ? self->interval_ms : S_MAX_REQUEST_MS);
     pthread_mutex_init(&self->lock, NULL);
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);

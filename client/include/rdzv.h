@@ -101,8 +101,9 @@ int rdzv_heartbeat(rdzv_client_t *self, const char *group, int rank,
 /* A background heartbeat for the rank of assignment: a thread with its own
  * connection under session (the session the rank joined with) that calls
  * rdzv_heartbeat every interval_ms (<= 0: $RDZV_HEARTBEAT seconds, else
- * 5 s), so rdzvd shows the rank alive while it runs. Returns NULL on
- * failure, reason in err. Stop it (joins the thread) with
+ * 5 s), so rdzvd shows the rank alive while it runs. Each request waits
+ * at most min(interval_ms, 2 s) for rdzvd. Returns NULL on failure, reason
+ * in err. Stop it (joins the thread, so at most that long) with
  * rdzv_heartbeat_stop. */
 typedef struct rdzv_heartbeat rdzv_heartbeat_t;
 rdzv_heartbeat_t *rdzv_heartbeat_start(const char *endpoint, const char *session,

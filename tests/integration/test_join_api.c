@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -305,6 +306,26 @@ START_TEST(test_heartbeat_stale_after_delete)
 }
 END_TEST
 
+/* rdzvd gone: stop must not wait out the client's 10 s request deadline. */
+START_TEST(test_heartbeat_stop_with_rdzvd_away)
+{
+    s_rank_t *ranks = s_run_group("hbaway", 1, 1);
+    char err[256];
+    rdzv_heartbeat_t *hb = rdzv_heartbeat_start(server.endpoint, ranks[0].session,
+                                                ranks[0].assignment, 1000, err, sizeof err);
+    ck_assert_msg(hb != NULL, "%s", err);
+    rdzv_test_server_stop(&server, SIGKILL);
+    usleep(1500000);                 /* the second beat is waiting on rdzvd */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    rdzv_heartbeat_stop(&hb);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double took = (double) (t1.tv_sec - t0.tv_sec) + (double) (t1.tv_nsec - t0.tv_nsec) / 1e9;
+    ck_assert_msg(took < 3.0, "rdzv_heartbeat_stop took %.1f s with rdzvd away", took);
+    s_free_group(ranks, 1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("join_api");
@@ -321,6 +342,7 @@ int main(void)
     tcase_add_test(tc, test_kv_and_status);
     tcase_add_test(tc, test_background_heartbeat);
     tcase_add_test(tc, test_heartbeat_stale_after_delete);
+    tcase_add_test(tc, test_heartbeat_stop_with_rdzvd_away);
     suite_add_tcase(s, tc);
     return rdzv_check_run(s);
 }
