@@ -96,7 +96,8 @@ static int64_t s_join(rdzv_agent_control_t *self, rdzv_client_t *client, bool fi
             return epoch;
         }
         if (first && rc != RDZV_ERR_IO) {
-            s_fail(self, rc == RDZV_ERR_TIMEOUT ? 3 : rc == RDZV_ERR_REFUSED ? 4 : 1,
+            s_fail(self, rc == RDZV_ERR_TIMEOUT ? 3 : rc == RDZV_ERR_REFUSED
+                                                      ? RDZV_AGENT_EXIT_REFUSED : 1,
                    rdzv_client_error(client));
             return -1;
         }
@@ -115,6 +116,17 @@ static rdzv_client_t *s_new_client(rdzv_agent_control_t *self)
     return client;
 }
 
+/* rdzvd no longer knows this rank's session: the group was deleted (its
+ * ports may already be another group's) or another session took the rank.
+ * Serving on would put two engines on one port: fail as refused. */
+static void s_lost(rdzv_agent_control_t *self, const char *why)
+{
+    char text[256];
+    snprintf(text, sizeof text, "rdzvd no longer knows group %s rank %d (%s); "
+             "releasing its ports", self->args.join.group, self->args.join.rank, why);
+    s_fail(self, RDZV_AGENT_EXIT_REFUSED, text);
+}
+
 static void *s_run(void *arg)
 {
     rdzv_agent_control_t *self = arg;
@@ -131,11 +143,14 @@ static void *s_run(void *arg)
         int64_t now = epoch;
         int rc = rdzv_heartbeat(client, self->args.join.group, self->args.join.rank,
                                 epoch, &now);
-        if (rc == RDZV_ERR_REFUSED
-            && strcmp(rdzv_client_error_code(client), "stale_epoch") == 0) {
+        const char *code = rc == RDZV_ERR_REFUSED ? rdzv_client_error_code(client) : "";
+        if (strcmp(code, "stale_epoch") == 0) {
             fprintf(stderr, "rdzv agent: the group left epoch %lld; joining again\n",
                     (long long) epoch);
             epoch = s_join(self, client, false);
+        } else if (strcmp(code, "not_found") == 0) {
+            s_lost(self, rdzv_client_error(client));
+            break;
         } else if (rc != RDZV_OK) {
             fprintf(stderr, "rdzv agent: heartbeat: %s\n", rdzv_client_error(client));
         }

@@ -1,8 +1,8 @@
 /* The agent's conversation with rdzvd, on a thread of its own so that a
  * slow or restarting rdzvd never stalls the shims: the first join, a
  * heartbeat every interval, a resume-join when the group moved to a new
- * epoch (stale_epoch), and a join with a new session when the engine was
- * replaced. Each new assignment is handed to the main thread through a
+ * epoch (stale_epoch), a fatal error when rdzvd no longer knows the rank
+ * (not_found), and a join with a new session when the engine was replaced. Each new assignment is handed to the main thread through a
  * descriptor that becomes readable. */
 #ifndef RDZV_AGENT_CONTROL_H
 #define RDZV_AGENT_CONTROL_H
@@ -29,9 +29,13 @@ void rdzv_agent_control_destroy(rdzv_agent_control_t **self_p);
 
 /* Readable when an assignment or a fatal error is waiting. */
 int rdzv_agent_control_fd(const rdzv_agent_control_t *self);
-/* The newest assignment, owned by the caller, or NULL. A fatal failure of
- * the first join: NULL, *exit_code set (3 timeout, 4 refused, 1 other) and
- * the reason in err. */
+/* Exit status of a join rdzvd refused, or of a rank rdzvd no longer knows. */
+#define RDZV_AGENT_EXIT_REFUSED 4
+
+/* The newest assignment, owned by the caller, or NULL. A fatal failure: NULL,
+ * *exit_code set and the reason in err; the first join failing (3 timeout,
+ * RDZV_AGENT_EXIT_REFUSED refused, 1 other) or a heartbeat answered not_found
+ * (the group was deleted: RDZV_AGENT_EXIT_REFUSED). */
 rdzv_assignment_t *rdzv_agent_control_take(rdzv_agent_control_t *self,
                                            int *exit_code, char *err, size_t errlen);
 /* The engine was replaced: join again with a new session id. */

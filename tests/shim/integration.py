@@ -513,6 +513,64 @@ def case_cmd_signal(opts, index):
         pod.close()
 
 
+SLEEPER = [PY, "-c", "import os, time; print(os.getpid(), flush=True); time.sleep(60)"]
+
+
+def gone(pid):
+    try:
+        os.kill(pid, 0)
+        return False
+    except ProcessLookupError:
+        return True
+
+
+def plain_bind_ok(port):
+    """A bind without the shim and without SO_REUSEPORT succeeds: nobody,
+    the agent's reservation included, holds port."""
+    s = socket.socket()
+    try:
+        s.bind(("0.0.0.0", port))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def check_agent_ended(pod, rc, child, what):
+    """The agent exited rc, its child is gone, and nothing is left behind:
+    socket, PATH.env and every reservation of the plan."""
+    try:
+        pod.agent.wait(timeout=WAIT_S)
+    except subprocess.TimeoutExpired:
+        raise Fail("%s: the agent still runs after %d s: %s"
+                   % (what, WAIT_S, open(pod.agent_log).read()[-600:]))
+    log = open(pod.agent_log).read()
+    check(pod.agent.returncode == rc, "%s: agent exit %d, not %d: %s"
+          % (what, pod.agent.returncode, rc, log))
+    if child:
+        wait_for(lambda: gone(child), "the agent's child to end")
+    check(not os.path.exists(pod.sock) and not os.path.exists(pod.sock + ".env"),
+          "%s: the agent left its socket or env file behind" % what)
+    check(all(plain_bind_ok(p) for p in pod.plan), "%s: a plan port is still held" % what)
+    return log
+
+
+def case_group_deleted(opts, index):
+    """`rdzv group delete` while the agent runs CMD: the next heartbeat is
+    answered not_found, the agent stops CMD, releases its ports and exits 4
+    (serving on would let the block's next owner share the ports)."""
+    pod = Pod(opts, index, cmd=SLEEPER)
+    try:
+        child = int(pod.agent.stdout.readline())
+        pod.run([opts.rdzv, "group", "delete", "--server", pod.endpoint, "--group",
+                 "g%d" % index], env=dict(os.environ))
+        log = check_agent_ended(pod, 4, child, "group deleted")
+        check("no longer knows" in log, "the agent's log does not say why: %s" % log)
+    finally:
+        pod.close()
+
+
 class Skip(Exception):
     pass
 
@@ -540,7 +598,8 @@ POD_CASES = {
     "queued_reset": case_queued_reset,
     "new_engine_epoch": case_new_engine_epoch,
 }
-OWN_CASES = {"cmd": case_cmd, "cmd_signal": case_cmd_signal}
+OWN_CASES = {"cmd": case_cmd, "cmd_signal": case_cmd_signal,
+             "group_deleted": case_group_deleted}
 CASES = list(POD_CASES) + list(OWN_CASES)
 
 
