@@ -170,13 +170,25 @@ static void s_start(s_agent_t *self, const rdzv_assignment_t *a)
         s_start_child(self, a);
 }
 
+/* A later assignment must keep the plan: a new one means rdzvd laid the
+ * group out afresh (it was deleted in between), and the reserved block may
+ * already be another group's. Serving either is unsafe: fail as refused. */
 static void s_update(s_agent_t *self, const rdzv_assignment_t *a)
 {
-    bool same = rdzv_assignment_port_count(a) == self->nplan;
+    size_t n = rdzv_assignment_port_count(a);
+    bool same = n == self->nplan;
     for (size_t i = 0; same && i < self->nplan; i++)
         same = rdzv_assignment_port(a, i) == self->plan[i];
-    if (!same)
-        fprintf(stderr, "rdzv agent: rdzvd sent another port plan; keeping the reserved one\n");
+    if (!same) {
+        char why[256];
+        snprintf(why, sizeof why, "rdzvd moved group %s rank %d to ports %d..%d, not the "
+                 "reserved %d..%d (the group was deleted?); releasing them", self->opts.group,
+                 self->opts.rank, n ? rdzv_assignment_port(a, 0) : 0,
+                 n ? rdzv_assignment_port(a, n - 1) : 0, self->nplan ? self->plan[0] : 0,
+                 self->nplan ? self->plan[self->nplan - 1] : 0);
+        s_fatal(self, RDZV_AGENT_EXIT_REFUSED, why);
+        return;
+    }
     rdzv_agent_serve_set_epoch(self->serve, rdzv_assignment_epoch(a));
     s_write_env_file(self, a);
 }

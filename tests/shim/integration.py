@@ -571,6 +571,29 @@ def case_group_deleted(opts, index):
         pod.close()
 
 
+def case_replan(opts, index):
+    """The group is deleted and its block given to another group before the
+    agent notices (no heartbeat yet); the engine goes away, the agent joins
+    again and rdzvd lays the group out on other ports. The agent must not
+    write those (unserved) ports into PATH.env: it exits 4 and releases its
+    own."""
+    pod = Pod(opts, index, agent_args=["--heartbeat", "3600"])
+    try:
+        env = dict(os.environ)
+        pod.run([opts.rdzv, "group", "delete", "--server", pod.endpoint, "--group",
+                 "g%d" % index], env=env)
+        other = pod.run([opts.rdzv, "join", "--server", pod.endpoint, "--group", "other",
+                         "--world", "1", "--rank", "0", "--host", "127.0.0.1", "--node", "n",
+                         "--nccl-id", "none", "--format", "env"], env=env).stdout
+        check("RDZV_MASTER_PORT=%d" % pod.plan[0] in other,
+              "the other group did not get the deleted group's block: %s" % other)
+        pod.py(PROBE + "scan(%d, 1, %d)" % (pod.base, pod.limit))   # then it exits
+        log = check_agent_ended(pod, 4, None, "new plan")
+        check("releasing them" in log, "the agent's log does not say why: %s" % log)
+    finally:
+        pod.close()
+
+
 class Skip(Exception):
     pass
 
@@ -599,7 +622,7 @@ POD_CASES = {
     "new_engine_epoch": case_new_engine_epoch,
 }
 OWN_CASES = {"cmd": case_cmd, "cmd_signal": case_cmd_signal,
-             "group_deleted": case_group_deleted}
+             "group_deleted": case_group_deleted, "replan": case_replan}
 CASES = list(POD_CASES) + list(OWN_CASES)
 
 
