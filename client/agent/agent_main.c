@@ -284,8 +284,11 @@ static int s_init(s_agent_t *self)
     snprintf(self->env_path, len, "%s%s", self->opts.socket_path, RDZV_AGENT_ENV_SUFFIX);
     sigset_t mask;
     sigemptyset(&mask);
+    /* Every signal whose default would end the agent without cleanup. */
     sigaddset(&mask, SIGTERM);
     sigaddset(&mask, SIGINT);
+    sigaddset(&mask, SIGHUP);
+    sigaddset(&mask, SIGQUIT);
     sigaddset(&mask, SIGCHLD);
     /* Blocked before the rdzvd thread starts, so that only signalfd sees them. */
     sigprocmask(SIG_BLOCK, &mask, NULL);

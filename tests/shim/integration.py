@@ -594,6 +594,29 @@ def case_replan(opts, index):
         pod.close()
 
 
+def case_cmd_sighup(opts, index):
+    """SIGHUP to the agent reaches CMD as SIGTERM does; the agent exits as CMD
+    did (129) and cleans up, leaving no orphan."""
+    pod = Pod(opts, index, cmd=SLEEPER)
+    try:
+        child = int(pod.agent.stdout.readline())
+        pod.agent.send_signal(signal.SIGHUP)
+        check_agent_ended(pod, 128 + signal.SIGHUP, child, "SIGHUP")
+    finally:
+        pod.close()
+
+
+def case_sidecar_sigquit(opts, index):
+    """SIGQUIT to a sidecar agent is a shutdown like SIGTERM: exit 0, socket,
+    PATH.env and reservations gone."""
+    pod = Pod(opts, index)
+    try:
+        pod.agent.send_signal(signal.SIGQUIT)
+        check_agent_ended(pod, 0, None, "SIGQUIT")
+    finally:
+        pod.close()
+
+
 class Skip(Exception):
     pass
 
@@ -622,7 +645,8 @@ POD_CASES = {
     "new_engine_epoch": case_new_engine_epoch,
 }
 OWN_CASES = {"cmd": case_cmd, "cmd_signal": case_cmd_signal,
-             "group_deleted": case_group_deleted, "replan": case_replan}
+             "group_deleted": case_group_deleted, "replan": case_replan,
+             "cmd_sighup": case_cmd_sighup, "sidecar_sigquit": case_sidecar_sigquit}
 CASES = list(POD_CASES) + list(OWN_CASES)
 
 
