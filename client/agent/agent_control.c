@@ -9,6 +9,9 @@
 #include <time.h>
 #include <unistd.h>
 
+/* rdzv_join's own default, for the first join's deadline. */
+#define RDZV_AGENT_JOIN_TIMEOUT_MS 60000
+
 struct rdzv_agent_control {
     rdzv_agent_control_args_t args;
     pthread_t thread;
@@ -82,12 +85,38 @@ static bool s_take_rejoin(rdzv_agent_control_t *self)
     return rejoin;
 }
 
+static int64_t s_now_ms(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t) now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+/* The first join retries what may pass before its timeout: rdzvd away
+ * (io), and rank_taken, the waiter of a killed agent for this rank, which
+ * rdzvd drops at that waiter's deadline. */
+static bool s_retry_first(rdzv_client_t *client, int rc, int64_t deadline_ms)
+{
+    if (rc == RDZV_ERR_IO)
+        return true;
+    return rc == RDZV_ERR_REFUSED && strcmp(rdzv_client_error_code(client), "rank_taken") == 0
+           && s_now_ms() < deadline_ms;
+}
+
 /* Joins until it succeeds; only the first join may fail for good. */
 static int64_t s_join(rdzv_agent_control_t *self, rdzv_client_t *client, bool first)
 {
+    rdzv_join_args_t args = self->args.join;
+    int timeout_ms = args.timeout_ms > 0 ? args.timeout_ms : RDZV_AGENT_JOIN_TIMEOUT_MS;
+    int64_t deadline_ms = s_now_ms() + timeout_ms;
+    bool taken = false;        /* once refused rank_taken: only what is left */
     for (;;) {
         rdzv_assignment_t *a = NULL;
-        int rc = rdzv_join(client, &self->args.join, &a);
+        if (taken) {
+            int64_t left = deadline_ms - s_now_ms();
+            args.timeout_ms = left > 0 ? (int) left : 1;
+        }
+        int rc = rdzv_join(client, &args, &a);
         if (rc == RDZV_OK) {
             int64_t epoch = rdzv_assignment_epoch(a);
             fprintf(stderr, "rdzv agent: group %s rank %d: epoch %lld\n",
@@ -95,12 +124,13 @@ static int64_t s_join(rdzv_agent_control_t *self, rdzv_client_t *client, bool fi
             s_publish(self, &a);
             return epoch;
         }
-        if (first && rc != RDZV_ERR_IO) {
+        if (first && !s_retry_first(client, rc, deadline_ms)) {
             s_fail(self, rc == RDZV_ERR_TIMEOUT ? 3 : rc == RDZV_ERR_REFUSED
                                                       ? RDZV_AGENT_EXIT_REFUSED : 1,
                    rdzv_client_error(client));
             return -1;
         }
+        taken = taken || (first && rc == RDZV_ERR_REFUSED);
         fprintf(stderr, "rdzv agent: join: %s; retrying\n", rdzv_client_error(client));
         if (!s_wait(self, self->args.heartbeat_ms))
             return -1;

@@ -58,7 +58,7 @@ def outside_port():
 class Pod:
     """rdzvd + one agent (sidecar unless cmd is given) for one case."""
 
-    def __init__(self, opts, index, cmd=None, agent_args=()):
+    def __init__(self, opts, index, cmd=None, agent_args=(), before_agent=None):
         self.opts = opts
         self.base = BASE + SPAN * index
         self.limit = self.base + SPAN
@@ -73,6 +73,8 @@ class Pod:
             stderr=open(os.path.join(d, "rdzvd.log"), "w"))
         wait_for(lambda: os.path.exists(ep_file) and open(ep_file).read().strip(), "rdzvd")
         self.endpoint = open(ep_file).read().strip()
+        if before_agent:
+            before_agent(self)
         self.agent_log = os.path.join(d, "agent.log")
         argv = [opts.rdzv, "agent", "--server", self.endpoint, "--group", "g%d" % index,
                 "--world", "1", "--rank", "0", "--host", "127.0.0.1", "--node", "n",
@@ -617,6 +619,44 @@ def case_sidecar_sigquit(opts, index):
         pod.close()
 
 
+def case_rank_taken(opts, index):
+    """A `rdzv join` for rank 0 killed while it waits leaves rdzvd holding
+    the rank until that join's deadline (rank_taken); the agent's first
+    join for rank 0 retries until then instead of exiting 4."""
+    group = "g%d" % index
+
+    def status(pod):
+        return pod.run([opts.rdzv, "status", "--server", pod.endpoint], env=dict(os.environ)
+                       ).stdout.replace(" ", "")
+
+    def old_waiter(pod):
+        old = subprocess.Popen([opts.rdzv, "join", "--server", pod.endpoint, "--group", group,
+                                "--world", "2", "--rank", "0", "--host", "127.0.0.2",
+                                "--node", "n", "--nccl-id", "none", "--timeout", "3"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: '"host":"127.0.0.2"' in status(pod), "the old join to wait")
+        old.kill()
+        old.wait()
+    pod = Pod(opts, index, cmd=SLEEPER, agent_args=["--world", "2"], before_agent=old_waiter)
+    try:
+        def agent_joined():
+            if pod.agent.poll() is not None:
+                raise Fail("the agent exited %d: %s" % (pod.agent.returncode,
+                                                         open(pod.agent_log).read()))
+            return '"host":"127.0.0.1"' in status(pod)
+        wait_for(agent_joined, "the agent's join to take rank 0")
+        check("held by a live session" in open(pod.agent_log).read(),
+              "the agent never met rank_taken: %s" % open(pod.agent_log).read())
+        pod.run([opts.rdzv, "join", "--server", pod.endpoint, "--group", group, "--world", "2",
+                 "--rank", "1", "--host", "127.0.0.1", "--node", "n", "--nccl-id", "none",
+                 "--timeout", "20"], env=dict(os.environ))
+        child = int(pod.agent.stdout.readline())
+        pod.agent.send_signal(signal.SIGTERM)
+        check_agent_ended(pod, 128 + signal.SIGTERM, child, "rank_taken, then SIGTERM")
+    finally:
+        pod.close()
+
+
 class Skip(Exception):
     pass
 
@@ -646,7 +686,8 @@ POD_CASES = {
 }
 OWN_CASES = {"cmd": case_cmd, "cmd_signal": case_cmd_signal,
              "group_deleted": case_group_deleted, "replan": case_replan,
-             "cmd_sighup": case_cmd_sighup, "sidecar_sigquit": case_sidecar_sigquit}
+             "cmd_sighup": case_cmd_sighup, "sidecar_sigquit": case_sidecar_sigquit,
+             "rank_taken": case_rank_taken}
 CASES = list(POD_CASES) + list(OWN_CASES)
 
 
