@@ -37,7 +37,12 @@ void rdzv_agent_opts_usage(void)
            "Joins the group, keeps this rank's ports reserved and serves them to the\n"
            "LD_PRELOAD shim over the unix socket PATH (PATH.env holds the assignment).\n"
            "Environment: RDZV_SERVER RDZV_GROUP RDZV_WORLD RDZV_RANK RDZV_HOST RDZV_NODE\n"
-           "RDZV_AGENT_SOCKET RDZV_PORT_RANGE (default %d-%d) RDZV_SHIM.\n",
+           "RDZV_AGENT_SOCKET RDZV_PORT_RANGE (default %d-%d) RDZV_SHIM.\n"
+           "SIGTERM, SIGINT, SIGHUP and SIGQUIT go to CMD; without CMD they stop the agent.\n"
+           "Exit: CMD's status (128+N for signal N), or 0 without CMD; 2 usage;\n"
+           "3 first join timed out; 4 refused, or the group was deleted (heartbeat\n"
+           "not_found, or a rejoin with another port plan: CMD stopped, ports released);\n"
+           "1 other errors.\n",
            RDZV_DEFAULT_PORT_BASE, RDZV_DEFAULT_PORT_LIMIT);
 }
 
