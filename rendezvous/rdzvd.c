@@ -362,9 +362,11 @@ int main(int argc, char **argv)
                   shards, listeners, io_threads, o.cfg.state_dir,
                   o.cfg.port_base, o.cfg.port_limit, o.cfg.ports_per_rank,
                   o.cfg.nccl_helper ? o.cfg.nccl_helper : "none");
+    /* The log first: whoever waits for the endpoint file (a test, a probe)
+     * then finds the start-up lines, a torn journal's among them. */
+    fflush(stderr);
     if (o.endpoint_file)
         s_write_endpoint(o.endpoint_file, rdzv_server_endpoint(server));
-    fflush(stderr);
     rdzv_server_run(server);
     rdzv_core_log("stop", "signal received; exiting");
     rdzv_http_destroy(&http);
