@@ -20,7 +20,8 @@ static const char s_usage[] =
     "Usage: rdzv join --group G --world N --rank R [options] [-- CMD ARGS...]\n"
     "\n"
     "Joins group G as rank R of N and blocks until every rank has joined.\n"
-    "Then prints the assignment, or runs CMD with it in the environment.\n"
+    "Then prints the assignment, or runs CMD with it in the environment;\n"
+    "both add RDZV_SERVER, so CMD's own 'rdzv kv' calls reach the same rdzvd.\n"
     "Rank 0 of a rank0 group runs CMD as a child, not through exec: the NCCL\n"
     "roots it made before joining live in this process.\n"
     "\n"
@@ -216,12 +217,24 @@ static int s_run_child(char *env, char **argv)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+/* The assignment's KEY=VALUE lines plus RDZV_SERVER, so that CMD's own rdzv
+ * calls (rdzv kv) reach the server this join used. NULL: no memory. */
+static char *s_env_text(const rdzv_assignment_t *asg, const char *server)
+{
+    char *assigned = rdzv_assignment_env(asg);
+    char *env = NULL;
+    if (assigned && asprintf(&env, "%sRDZV_SERVER=%s\n", assigned, server) < 0)
+        env = NULL;
+    free(assigned);
+    return env;
+}
+
 /* What to do with the assignment: print it, or run cmd with it (as a child
  * when keep_roots: this process hosts rank 0's NCCL roots). */
-static int s_deliver(rdzv_assignment_t **asg_p, bool env_format, char **cmd,
-                     bool keep_roots)
+static int s_deliver(rdzv_assignment_t **asg_p, const char *server, bool env_format,
+                     char **cmd, bool keep_roots)
 {
-    char *env = rdzv_assignment_env(*asg_p);
+    char *env = s_env_text(*asg_p, server);
     int rc = CLI_EXIT_OK;
     if (!env) {
         fprintf(stderr, "rdzv %s: out of memory\n", S_CMD);
@@ -265,5 +278,5 @@ int cli_join_main(int argc, char **argv)
     if (rc == CLI_EXIT_OK && roots_here && !cmd)
         fprintf(stderr, "rdzv %s: warning: rank 0's NCCL roots lived in this process and end "
                 "with it; run the program as CMD (or use librdzv in it)\n", S_CMD);
-    return rc == CLI_EXIT_OK ? s_deliver(&asg, env_format, cmd, roots_here) : rc;
+    return rc == CLI_EXIT_OK ? s_deliver(&asg, f.server, env_format, cmd, roots_here) : rc;
 }

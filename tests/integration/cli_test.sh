@@ -55,6 +55,16 @@ check "join -- CMD runs CMD with the env" "[ \"$out\" = 0/1/19500 ]"
 "$RDZV" join --group envg --world 1 --rank 0 --node n --host 127.0.0.1 -- sh -c 'exit 7'
 check "join -- CMD exits with CMD's status" "[ $? = 7 ]"
 
+# --server reaches CMD: its own rdzv calls go to the same rdzvd.
+env -u RDZV_SERVER "$RDZV" join --server "$RDZV_SERVER" --group kvsrv --world 1 --rank 0 \
+    --node n --host 127.0.0.1 -- sh -c '"$0" kv put --timeout 2 k v && "$0" kv get --timeout 2 k' \
+    "$RDZV" >"$dir/kvsrv.out" 2>"$dir/kvsrv.err"
+check "join --server EP -- CMD: CMD's rdzv kv reaches EP" \
+    "[ $? = 0 ] && [ \"\$(cat $dir/kvsrv.out)\" = v ]"
+env -u RDZV_SERVER "$RDZV" join --server "$RDZV_SERVER" --group kvsrv2 --world 1 --rank 0 \
+    --node n --host 127.0.0.1 --format env >"$dir/kvsrv.env"
+check "env output has RDZV_SERVER" "grep -qx 'RDZV_SERVER=$RDZV_SERVER' $dir/kvsrv.env"
+
 # Exit codes.
 "$RDZV" join --group demo --world 4 2>"$dir/e2"
 check "missing --rank exits 2" "[ $? = 2 ] && grep -q -- '--rank' $dir/e2"
