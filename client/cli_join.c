@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include "rdzv_proto.h"
+#include "rdzv_util.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -15,6 +16,7 @@
 #define S_CMD "join"
 #define S_EXIT_NOT_FOUND 127     /* the shell's convention for exec failures */
 #define S_EXIT_NOT_EXEC  126
+#define S_RETRY_MS       500     /* pause between joins refused with rank_taken */
 
 static const char s_usage[] =
     "Usage: rdzv join --group G --world N --rank R [options] [-- CMD ARGS...]\n"
@@ -32,7 +34,9 @@ static const char s_usage[] =
     "  --host ADDR       address other ranks reach this one at (RDZV_HOST;\n"
     "                    default: the local address that routes to the server)\n"
     "  --node NAME       machine name (RDZV_NODE; default: the hostname)\n"
-    "  --timeout SEC     give up after SEC seconds (default 60)\n"
+    "  --timeout SEC     give up after SEC seconds (default 60); until then a\n"
+    "                    rank_taken refusal (a killed join of this rank still\n"
+    "                    waiting in rdzvd) is retried\n"
     "  --format json|env output: one JSON line (default) or KEY=VALUE lines\n"
     "  --nccl-id server|rank0|none  who makes the group's NCCL unique IDs: rdzvd,\n"
     "                    rank 0's process (through libnccl.so.2, before joining;\n"
@@ -254,6 +258,29 @@ static int s_deliver(rdzv_assignment_t **asg_p, const char *server, bool env_for
     return rc;
 }
 
+/* rdzv_join, retrying rank_taken until the join's own timeout: a killed
+ * rdzv join leaves its join waiting in rdzvd until that join's timeout, and
+ * a restarted Pod must not fail on it. a->timeout_ms shrinks as time passes. */
+static int s_join(rdzv_client_t *client, rdzv_join_args_t *a, rdzv_assignment_t **out)
+{
+    int64_t deadline = rdzv_now_ms()
+                       + (a->timeout_ms > 0 ? a->timeout_ms : RDZV_DEFAULT_TIMEOUT_MS);
+    bool told = false;
+    for (;;) {
+        int rc = rdzv_join(client, a, out);
+        int64_t left = deadline - rdzv_now_ms() - S_RETRY_MS;
+        if (rc != RDZV_ERR_REFUSED || left <= 0
+            || strcmp(rdzv_client_error_code(client), RDZV_E_RANK_TAKEN) != 0)
+            return rc;
+        if (!told)
+            fprintf(stderr, "rdzv %s: %s: %s; retrying until the --timeout passes\n",
+                    S_CMD, RDZV_E_RANK_TAKEN, rdzv_client_error(client));
+        told = true;
+        usleep(S_RETRY_MS * 1000);
+        a->timeout_ms = (int) left;
+    }
+}
+
 int cli_join_main(int argc, char **argv)
 {
     s_flags_t f = { 0 };
@@ -271,7 +298,7 @@ int cli_join_main(int argc, char **argv)
     if (!client)
         return rc;
     rdzv_assignment_t *asg = NULL;
-    rc = cli_result(S_CMD, client, rdzv_join(client, &args, &asg));
+    rc = cli_result(S_CMD, client, s_join(client, &args, &asg));
     /* Close the socket before exec so CMD inherits no ZeroMQ state. */
     rdzv_client_destroy(&client);
     bool roots_here = args.rank == 0 && args.nccl_id && strcmp(args.nccl_id, "rank0") == 0;

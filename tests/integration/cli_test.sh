@@ -75,6 +75,35 @@ check "world mismatch exits 4 naming the code" "[ $? = 4 ] && grep -q world_mism
 "$RDZV" join --group lonely --world 2 --rank 0 --timeout 1 2>/dev/null
 check "a group that never completes exits 3" "[ $? = 3 ]"
 
+# A killed join does not block its restart: rank_taken is retried until
+# --timeout (the dead session's join waits in rdzvd for its 2 s first).
+"$RDZV" join --group rt2 --world 2 --rank 0 --node n --host 127.0.0.1 --timeout 2 \
+    >/dev/null 2>&1 &
+old=$!
+i=0
+until "$RDZV" status --group rt2 2>/dev/null | grep -q '"joined":\[0\]' || [ $i -ge 250 ]; do
+    sleep 0.02; i=$((i + 1))
+done
+kill -9 $old; wait $old 2>/dev/null
+"$RDZV" join --group rt2 --world 2 --rank 0 --node n --host 127.0.0.1 --timeout 10 \
+    >"$dir/rt0.out" 2>"$dir/rt0.err" &
+new=$!
+sleep 2.5
+"$RDZV" join --group rt2 --world 2 --rank 1 --node n --host 127.0.0.1 --timeout 10 >/dev/null
+wait $new
+check "a restarted join retries rank_taken, saying so, and joins" \
+    "[ $? = 0 ] && grep -q rank_taken $dir/rt0.err && grep -q '\"rank\":0,' $dir/rt0.out"
+"$RDZV" join --group rt3 --world 2 --rank 0 --node n --host 127.0.0.1 --timeout 3 \
+    >/dev/null 2>&1 &
+old=$!
+i=0
+until "$RDZV" status --group rt3 2>/dev/null | grep -q '"joined":\[0\]' || [ $i -ge 250 ]; do
+    sleep 0.02; i=$((i + 1))
+done
+"$RDZV" join --group rt3 --world 2 --rank 0 --node n --host 127.0.0.1 --timeout 1 2>"$dir/rt3.err"
+check "rank_taken past --timeout still exits 4" "[ $? = 4 ] && grep -q rank_taken $dir/rt3.err"
+kill $old; wait $old 2>/dev/null
+
 # status, kv, group delete.
 "$RDZV" status --group demo >"$dir/status.json"
 check "status lists the members with ports" \
