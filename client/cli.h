@@ -31,6 +31,9 @@ int cli_keygen_main(int argc, char **argv);
  * argv (up to a "--") and exports them as RDZV_CURVE_SERVER_PUBLIC,
  * RDZV_CURVE_SECRET and RDZV_GROUP_TOKEN. 0, or -1 after printing why. */
 int cli_take_security_options(int *argc, char **argv);
+/* Reports librdzv's "RDZV_X: reason" about a security file as a usage error
+ * naming the flag too ("--group-token (or RDZV_GROUP_TOKEN): reason"). */
+int cli_security_error(const char *cmd, const char *err);
 
 /* getopt_long with the errors written as "rdzv CMD: ..."; returns the
  * option, -1 at the end, or CLI_OPT_BAD. optstring must start with ':'

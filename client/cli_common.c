@@ -79,7 +79,9 @@ rdzv_client_t *cli_connect(const char *cmd, const char *server, int timeout_ms, 
             rdzv_client_set_request_timeout(client, timeout_ms);
         return client;
     }
-    if (errno == EINVAL) {
+    if (errno == EACCES) {
+        *exit_out = cli_security_error(cmd, err);
+    } else if (errno == EINVAL) {
         *exit_out = cli_usage_error(cmd, "--server (or RDZV_SERVER): %s", err);
     } else {
         fprintf(stderr, "rdzv %s: %s\n", cmd, err);

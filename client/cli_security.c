@@ -64,3 +64,14 @@ int cli_take_security_options(int *argc, char **argv)
     argv[out] = NULL;
     return 0;
 }
+
+int cli_security_error(const char *cmd, const char *err)
+{
+    for (size_t f = 0; f < sizeof s_flags / sizeof s_flags[0]; f++) {
+        size_t n = strlen(s_flags[f].env);
+        if (strncmp(err, s_flags[f].env, n) == 0 && err[n] == ':')
+            return cli_usage_error(cmd, "%s (or %s)%s", s_flags[f].flag, s_flags[f].env,
+                                   err + n);
+    }
+    return cli_usage_error(cmd, "%s", err);
+}

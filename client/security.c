@@ -12,18 +12,18 @@ static int s_curve(void *sock, const char *server_file, const char *secret_file,
                    char *err, size_t errlen)
 {
     if (!secret_file) {
-        rdzv_set_error(err, errlen, "RDZV_CURVE_SERVER_PUBLIC is set but RDZV_CURVE_SECRET "
-                       "(this client's secret certificate) is not");
+        rdzv_set_error(err, errlen, "RDZV_CURVE_SECRET: not set, although "
+                       "RDZV_CURVE_SERVER_PUBLIC is (CURVE needs this client's secret key)");
         return -1;
     }
     zcert_t *server = zcert_load(server_file);
     zcert_t *mine = server ? zcert_load(secret_file) : NULL;
     int rc = -1;
     if (!server)
-        rdzv_set_error(err, errlen, "cannot load the server certificate %s "
-                       "(RDZV_CURVE_SERVER_PUBLIC)", server_file);
+        rdzv_set_error(err, errlen, "RDZV_CURVE_SERVER_PUBLIC: cannot load the server "
+                       "certificate %s", server_file);
     else if (!mine || strcmp(zcert_secret_txt(mine), "0000000000000000000000000000000000000000") == 0)
-        rdzv_set_error(err, errlen, "cannot load a secret key from %s (RDZV_CURVE_SECRET)",
+        rdzv_set_error(err, errlen, "RDZV_CURVE_SECRET: cannot load a secret key from %s",
                        secret_file);
     else if (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, zcert_public_txt(server), 40) != 0
              || zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, zcert_public_txt(mine), 40) != 0
@@ -48,7 +48,7 @@ static char *s_read_token(const char *path, char *err, size_t errlen)
         token[--n] = '\0';
     if (n == 0) {
         free(token);
-        rdzv_set_error(err, errlen, "cannot read a token from %s (RDZV_GROUP_TOKEN)", path);
+        rdzv_set_error(err, errlen, "RDZV_GROUP_TOKEN: cannot read a token from %s", path);
         return NULL;
     }
     return token;

@@ -10,7 +10,9 @@
 #include <stddef.h>
 
 /* Applies CURVE to a DEALER socket before it connects, when configured, and
- * reads the token (*token_out: malloc'd or NULL). 0, or -1 with err set. */
+ * reads the token (*token_out: malloc'd or NULL). 0, or -1 with err set;
+ * err starts with the variable to fix ("RDZV_CURVE_SECRET: ...") when one
+ * is to blame. */
 int rdzv_security_configure(void *sock, char **token_out, char *err, size_t errlen);
 
 #endif

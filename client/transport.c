@@ -117,7 +117,7 @@ rdzv_transport_t *rdzv_transport_new(const char *endpoint, char *err, size_t err
     }
     if (rdzv_security_configure(self->sock, &self->token, err, errlen) < 0) {
         rdzv_transport_destroy(&self);
-        errno = EINVAL;
+        errno = EACCES;
         return NULL;
     }
     if (zmq_connect(self->sock, endpoint) != 0) {

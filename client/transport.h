@@ -10,7 +10,9 @@
 typedef struct rdzv_transport rdzv_transport_t;
 
 /* Creates a zmq context and a DEALER connected to endpoint. NULL on failure
- * with the reason in err; errno is EINVAL when the endpoint is malformed. */
+ * with the reason in err; errno is EINVAL when the endpoint is malformed,
+ * EACCES when the CURVE or token files cannot be used (err then starts with
+ * the variable that names the file: "RDZV_GROUP_TOKEN: ..."). */
 rdzv_transport_t *rdzv_transport_new(const char *endpoint, char *err, size_t errlen);
 void rdzv_transport_destroy(rdzv_transport_t **self_p);
 /* Whether a tcp:// endpoint needs libzmq's IPv6 resolution: an IPv6

@@ -70,7 +70,10 @@ typedef struct {
 /* Connects lazily to endpoint (a ZeroMQ endpoint such as
  * "tcp://127.0.0.1:29400"). session NULL: a fresh random session id, which
  * is what a new process should use; pass the old one to resume. Returns
- * NULL on failure with the reason in err (if errlen > 0). */
+ * NULL on failure with the reason in err (if errlen > 0) and errno set:
+ * EINVAL for a malformed endpoint or session, EACCES when the files named by
+ * RDZV_CURVE_SERVER_PUBLIC, RDZV_CURVE_SECRET or RDZV_GROUP_TOKEN cannot be
+ * used (err then starts with that variable's name), ENOMEM or EIO. */
 rdzv_client_t *rdzv_client_new(const char *endpoint, const char *session,
                                char *err, size_t errlen);
 void rdzv_client_destroy(rdzv_client_t **self_p);

@@ -65,5 +65,19 @@ stop
 check "without keys a non-loopback address is refused (exit 2)" \
     "[ $? = 2 ] && grep -q insecure-bind-any $dir/err3"
 
+# A security file that cannot be used is blamed on its own flag, not --server.
+"$RDZV" status --group-token "$dir/nonexistent" 2>"$dir/err4"
+check "an unreadable --group-token names --group-token (exit 2)" \
+    "[ $? = 2 ] && grep -q -- '--group-token (or RDZV_GROUP_TOKEN): cannot read' $dir/err4 \
+     && ! grep -q -- '--server' $dir/err4"
+"$RDZV" status --curve-server-public "$dir/server" 2>"$dir/err5"
+check "a server key without --curve-secret names --curve-secret (exit 2)" \
+    "[ $? = 2 ] && grep -q -- '--curve-secret (or RDZV_CURVE_SECRET): not set' $dir/err5 \
+     && ! grep -q -- '--server' $dir/err5"
+"$RDZV" status --curve-server-public "$dir/nonexistent" --curve-secret "$dir/rogue_secret" \
+    2>"$dir/err6"
+check "an unreadable --curve-server-public names it (exit 2)" \
+    "[ $? = 2 ] && grep -q -- '--curve-server-public (or RDZV_CURVE_SERVER_PUBLIC)' $dir/err6"
+
 echo "1..$n"
 [ $failed = 0 ]
