@@ -531,10 +531,12 @@ RDZV_EXPORT int rdzv_join(rdzv_client_t *self, const rdzv_join_args_t *args,
                                 args->node ? args->node : node, timeout_ms,
                                 nccl_id, nccl_ids, rank0_ids);
     cJSON *reply;
-    rc = s_call(self, req, rdzv_now_ms() + timeout_ms, &reply);
+    /* The margin lets rdzvd's own timeout reply, which says how many ranks
+     * joined, arrive before the client gives up. */
+    rc = s_call(self, req, rdzv_now_ms() + timeout_ms + RDZV_WAIT_MARGIN_MS, &reply);
     if (rc == RDZV_ERR_TIMEOUT && self->code[0] == '\0')
-        return s_fail(self, rc, "the group was not complete within %d ms "
-                      "(or %s did not answer)", timeout_ms, self->endpoint);
+        return s_fail(self, rc, "%s did not answer within %d ms", self->endpoint,
+                      timeout_ms + RDZV_WAIT_MARGIN_MS);
     if (rc != RDZV_OK)
         return rc;
     rc = s_take_assignment(self, reply, args, out);

@@ -72,8 +72,9 @@ check "missing --rank exits 2" "[ $? = 2 ] && grep -q -- '--rank' $dir/e2"
 check "non-numeric --world exits 2" "[ $? = 2 ]"
 "$RDZV" join --group demo --world 5 --rank 0 --node x 2>"$dir/e4"
 check "world mismatch exits 4 naming the code" "[ $? = 4 ] && grep -q world_mismatch $dir/e4"
-"$RDZV" join --group lonely --world 2 --rank 0 --timeout 1 2>/dev/null
-check "a group that never completes exits 3" "[ $? = 3 ]"
+"$RDZV" join --group lonely --world 2 --rank 0 --timeout 1 2>"$dir/e3"
+check "a group that never completes exits 3 with rdzvd's own timeout reply" \
+    "[ $? = 3 ] && grep -q '1 of 2 ranks joined epoch 1 before the deadline' $dir/e3"
 
 # A killed join does not block its restart: rank_taken is retried until
 # --timeout (the dead session's join waits in rdzvd for its 2 s first).
