@@ -50,9 +50,11 @@ typedef struct rdzv_assignment rdzv_assignment_t;
  *             IDs in the client and sends the same ones when the caller joins
  *             again; a successful join uses them up. NCCL is never unloaded.
  *   "none"    no IDs.
- * nccl_id NULL: the variable RDZV_NCCL_ID, else the server's default (the
- * group's first join decides the mode). nccl_ids: IDs per epoch, 1..16;
- * 0: the variable RDZV_NCCL_IDS, else 1. */
+ * nccl_id NULL: the variable RDZV_NCCL_ID, else the server's default. The
+ * group's first join decides the mode and later joins follow it, except that
+ * rank 0 of a rank0 group must ask for "rank0" itself (it makes the IDs) or
+ * is refused with bad_request. nccl_ids: IDs per epoch, 1..16; 0: the
+ * variable RDZV_NCCL_IDS, else 1. */
 typedef struct {
     const char *group;
     int world;
