@@ -7,9 +7,10 @@
  * as long as it does. Functions return 0 on success or a negative
  * rdzv_result_t; the reason is then in rdzv_client_error().
  *
- * The library uses libzmq directly (no czmq), installs no signal handlers and
- * starts no threads of its own beyond libzmq's I/O thread, so it is safe to
- * load into an engine's process. One client must not be used from two
+ * The library talks to rdzvd through libzmq directly; it links libczmq only
+ * to load CURVE certificates (zcert_load, no zsys or actors, so czmq's
+ * signal handlers are never installed). It starts no threads of its own
+ * beyond libzmq's I/O thread, so it is safe to load into an engine's process. One client must not be used from two
  * threads at once; use one client per thread. */
 #ifndef RDZV_H
 #define RDZV_H

@@ -13,7 +13,7 @@ ok() { n=$((n + 1)); echo "ok $n - $1"; }
 not_ok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
 check() { name=$1; shift; if "$@" >"$dest/.out" 2>&1; then ok "$name"; else not_ok "$name" "$(tail -5 "$dest/.out")"; fi; }
 
-echo "1..10"
+echo "1..11"
 option() {
     meson introspect --buildoptions "$build" | python3 -c \
         "import json,sys; print(next(o['value'] for o in json.load(sys.stdin) if o['name']=='$1'))"
@@ -68,6 +68,11 @@ check "a program builds against the installed rdzv.pc" sh -c \
     "cc $san -Wall -Werror -o '$dest/use_rdzv' '$dest/use_rdzv.c' \$(PKG_CONFIG_PATH='$pcdir' $pc --cflags --libs rdzv)"
 check "it runs and calls rdzv_client_new" "$dest/use_rdzv"
 check "it links librdzv.so.0 by SONAME" sh -c "readelf -d '$dest/use_rdzv' | grep -q 'NEEDED.*\\[librdzv.so.0\\]'"
+# A static link needs every library librdzv.so.0 itself needs (libc aside).
+needed=$(readelf -d "$dest$libdir/librdzv.so.0" | sed -n 's/.*NEEDED.*\[lib\([^.]*\)\.so.*/\1/p' | grep -vx c)
+check "pkg-config --static --libs rdzv names every library librdzv needs ($(echo $needed))" sh -c \
+    "libs=\$(PKG_CONFIG_PATH='$pcdir' $pc --static --libs rdzv) && for l in $(echo $needed); do
+         echo \" \$libs \" | grep -q -- \" -l\$l \" || { echo \"missing -l\$l in: \$libs\"; exit 1; }; done"
 
 mandir=$(option mandir)
 case $mandir in /*) ;; *) mandir=$prefix/$mandir ;; esac
