@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #define SHIM_MAX_TRACKED 256
+#define S_FD_BITS 65536
 
 /* S_OFF: no agent configured or none reached at the first try, so every
  * call passes through. S_LOST: an agent was reached and then went away
@@ -44,6 +45,11 @@ static _Atomic bool s_off;       /* S_OFF, readable without the lock */
 static _Atomic int s_base, s_limit;
 static s_tracked_t s_tracked[SHIM_MAX_TRACKED];
 static _Atomic size_t s_ntracked;
+/* One bit per fd below S_FD_BITS that is in s_tracked, and a count of the
+ * tracked ones above: close() reads them without the lock. Written under
+ * s_lock only. */
+static _Atomic uint64_t s_fd_bits[S_FD_BITS / 64];
+static _Atomic size_t s_nhigh;
 
 /* One line on stderr: "librdzv_shim: <what> <arg>; binds pass through". */
 static void s_say(const char *what, const char *arg)
@@ -52,6 +58,31 @@ static void s_say(const char *what, const char *arg)
     int n = snprintf(msg, sizeof msg, "librdzv_shim: %s %s; binds pass through\n", what, arg);
     if (n > 0)
         (void) !write(STDERR_FILENO, msg, (size_t) n < sizeof msg ? (size_t) n : sizeof msg - 1);
+}
+
+/* Whether fd may be in s_tracked; false is certain, without a lock. */
+static bool s_marked(int fd)
+{
+    if (fd < 0)
+        return false;
+    if (fd >= S_FD_BITS)
+        return atomic_load(&s_nhigh) > 0;
+    return (atomic_load(&s_fd_bits[fd / 64]) >> (fd % 64)) & 1;
+}
+
+/* Under s_lock. */
+static void s_mark(int fd, bool on)
+{
+    if (fd >= S_FD_BITS) {
+        if (on)
+            atomic_fetch_add(&s_nhigh, 1);
+        else
+            atomic_fetch_sub(&s_nhigh, 1);
+    } else if (on) {
+        atomic_fetch_or(&s_fd_bits[fd / 64], UINT64_C(1) << (fd % 64));
+    } else {
+        atomic_fetch_and(&s_fd_bits[fd / 64], ~(UINT64_C(1) << (fd % 64)));
+    }
 }
 
 static void s_drop_connection(void)
@@ -80,6 +111,9 @@ static void s_atfork_child(void)
     if (s_state == S_CONNECTED)
         s_state = S_UNKNOWN;
     atomic_store(&s_ntracked, 0);
+    for (size_t i = 0; i < S_FD_BITS / 64; i++)
+        atomic_store(&s_fd_bits[i], 0);
+    atomic_store(&s_nhigh, 0);
     pthread_mutex_unlock(&s_lock);
 }
 
@@ -276,40 +310,75 @@ int rdzv_shim_agent_bind(const rdzv_agent_msg_t *req, rdzv_agent_msg_t *rep, int
     return rc;
 }
 
-void rdzv_shim_agent_track(int fd, uint64_t handle)
+/* Under s_lock: takes fd's entry out of the table; its handle, or 0. */
+static uint64_t s_take(int fd)
 {
-    pthread_mutex_lock(&s_lock);
-    size_t n = atomic_load(&s_ntracked);
-    size_t i = 0;
-    while (i < n && s_tracked[i].fd != fd)
-        i++;
-    if (i < SHIM_MAX_TRACKED) {
-        s_tracked[i] = (s_tracked_t) { .fd = fd, .handle = handle };
-        if (i == n)
-            atomic_store(&s_ntracked, n + 1);
-    }
-    pthread_mutex_unlock(&s_lock);
-}
-
-void rdzv_shim_agent_closed(int fd)
-{
-    if (atomic_load(&s_ntracked) == 0)
-        return;
-    pthread_mutex_lock(&s_lock);
     size_t n = atomic_load(&s_ntracked);
     for (size_t i = 0; i < n; i++) {
         if (s_tracked[i].fd != fd)
             continue;
-        rdzv_agent_msg_t req = { .magic = RDZV_AGENT_MAGIC, .version = RDZV_AGENT_VERSION,
-                                 .op = RDZV_AGENT_OP_CLOSE, .handle = s_tracked[i].handle };
+        uint64_t handle = s_tracked[i].handle;
         s_tracked[i] = s_tracked[n - 1];
         atomic_store(&s_ntracked, n - 1);
-        rdzv_agent_msg_t rep;
-        int passed = -1;
-        if (s_state == S_CONNECTED && s_pid == getpid()
-            && s_exchange(&req, &rep, &passed) < 0)
-            s_lose();
-        break;
+        s_mark(fd, false);
+        return handle;
     }
+    return 0;
+}
+
+/* Under s_lock: tells the agent that the listener of handle is closed. */
+static void s_report_closed(uint64_t handle)
+{
+    rdzv_agent_msg_t req = { .magic = RDZV_AGENT_MAGIC, .version = RDZV_AGENT_VERSION,
+                             .op = RDZV_AGENT_OP_CLOSE, .handle = handle };
+    rdzv_agent_msg_t rep;
+    int passed = -1;
+    if (s_state == S_CONNECTED && s_pid == getpid() && s_exchange(&req, &rep, &passed) < 0)
+        s_lose();
+}
+
+void rdzv_shim_agent_track(int fd, uint64_t handle)
+{
+    pthread_mutex_lock(&s_lock);
+    /* An entry left for fd means its listener was closed where the shim
+     * could not see it (raw syscall, dup2) and the number reused. */
+    uint64_t stale = s_take(fd);
+    size_t n = atomic_load(&s_ntracked);
+    if (n < SHIM_MAX_TRACKED) {
+        s_tracked[n] = (s_tracked_t) { .fd = fd, .handle = handle };
+        atomic_store(&s_ntracked, n + 1);
+        s_mark(fd, true);
+    }
+    if (stale)
+        s_report_closed(stale);
     pthread_mutex_unlock(&s_lock);
+}
+
+void rdzv_shim_agent_untrack(int fd)
+{
+    if (!s_marked(fd))
+        return;
+    pthread_mutex_lock(&s_lock);
+    uint64_t handle = s_take(fd);
+    if (handle)
+        s_report_closed(handle);
+    pthread_mutex_unlock(&s_lock);
+}
+
+int rdzv_shim_agent_close(int fd)
+{
+    const rdzv_shim_real_t *real = rdzv_shim_real();
+    if (!s_marked(fd))
+        return real->close(fd);
+    /* The entry goes and the number is freed under the lock: a thread that
+     * gets the number next and binds on it cannot be tracked in between. */
+    pthread_mutex_lock(&s_lock);
+    uint64_t handle = s_take(fd);
+    int rc = real->close(fd);
+    int saved = errno;
+    if (handle)
+        s_report_closed(handle);
+    pthread_mutex_unlock(&s_lock);
+    errno = saved;
+    return rc;
 }

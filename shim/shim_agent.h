@@ -26,10 +26,15 @@ bool rdzv_shim_agent_off(void);
  * back within RDZV_SHIM_AGENT_WAIT_MS (default 10000): fail the bind. */
 int rdzv_shim_agent_bind(const rdzv_agent_msg_t *req, rdzv_agent_msg_t *rep, int *fd_out);
 
-/* fd now holds the listener of hand-over handle. */
+/* fd now holds the listener of hand-over handle. An entry still there for
+ * fd (its listener closed unseen) is reported closed first. */
 void rdzv_shim_agent_track(int fd, uint64_t handle);
-/* close(fd) happened: if fd held a hand-over, tells the agent (one round
- * trip); otherwise returns at once without a lock. */
-void rdzv_shim_agent_closed(int fd);
+/* fd no longer holds its hand-over (it was never installed): tells the
+ * agent; fd itself stays open. */
+void rdzv_shim_agent_untrack(int fd);
+/* close(fd) through libc, with errno as libc leaves it; if fd held a
+ * hand-over, the entry goes and the number is freed under the lock, then
+ * the agent is told (one round trip). An untracked fd takes no lock. */
+int rdzv_shim_agent_close(int fd);
 
 #endif

@@ -214,7 +214,7 @@ static int s_managed_bind(int fd, const struct sockaddr *addr, socklen_t len,
     if (rep.handle) {
         rdzv_shim_agent_track(fd, rep.handle);
         if (err)
-            rdzv_shim_agent_closed(fd);
+            rdzv_shim_agent_untrack(fd);
     }
     return err;
 }
@@ -244,14 +244,10 @@ int bind(int fd, __CONST_SOCKADDR_ARG arg, socklen_t len)
 
 int close(int fd)
 {
-    const rdzv_shim_real_t *real = rdzv_shim_real();
-    int rc = real->close(fd);
     if (s_busy)
-        return rc;
-    int saved = errno;
+        return rdzv_shim_real()->close(fd);
     s_busy = 1;
-    rdzv_shim_agent_closed(fd);
+    int rc = rdzv_shim_agent_close(fd);
     s_busy = 0;
-    errno = saved;
     return rc;
 }

@@ -2,7 +2,8 @@
 """Integration tests of `rdzv agent` and librdzv_shim.so (issue 3) with a
 real rdzvd, a real agent and real programs under LD_PRELOAD, on loopback.
 
-    integration.py CASE --rdzvd EXE --rdzv EXE --shim SO --listener EXE
+    integration.py CASE --rdzvd EXE --rdzv EXE --shim SO --listener EXE \
+        --close-race EXE
 
 Each case starts its own rdzvd and agent on a managed range of its own
 (BASE + 16 * index, 16 ports, 8 per rank), so cases may run in parallel.
@@ -657,6 +658,13 @@ def case_rank_taken(opts, index):
         pod.close()
 
 
+def close_race_case(mode, port_offset=0):
+    def case(pod):
+        pod.run([pod.opts.close_race, mode, str(pod.plan[port_offset])], timeout=90)
+    case.__doc__ = "shim_close_race %s (see tests/shim/shim_close_race.c)" % mode
+    return case
+
+
 class Skip(Exception):
     pass
 
@@ -683,6 +691,8 @@ POD_CASES = {
     "dead_engine_listener": case_dead_engine_listener,
     "queued_reset": case_queued_reset,
     "new_engine_epoch": case_new_engine_epoch,
+    "close_race": close_race_case("race"),
+    "close_stale_fd": close_race_case("stale", 4),
 }
 OWN_CASES = {"cmd": case_cmd, "cmd_signal": case_cmd_signal,
              "group_deleted": case_group_deleted, "replan": case_replan,
@@ -698,6 +708,7 @@ def main():
     ap.add_argument("--rdzv")
     ap.add_argument("--shim")
     ap.add_argument("--listener")
+    ap.add_argument("--close-race")
     opts = ap.parse_args()
     if opts.case == "list":
         print("\n".join(CASES))

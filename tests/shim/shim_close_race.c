@@ -1,0 +1,220 @@
+/* close() against the shim's table of handed-over listeners, run under the
+ * shim by integration.py: shim_close_race MODE PORT. Exits 0 when every
+ * check of the mode holds, 1 with the reason on stderr otherwise.
+ *   race   four threads, each on its own plan port from PORT, bind a
+ *          listener, check it listens and close it, over and over: no
+ *          thread's close() may shut down another thread's listener, and
+ *          every port must take the next bind.
+ *   stale  a listener closed behind the shim's back (raw syscall), its fd
+ *          number reused for another managed listener: the first port must
+ *          come free once the second is bound.
+ *   stall  with a listener held, waits for a line on stdin (the agent is
+ *          stopped meanwhile), then binds PORT + 1 in a thread: the bind
+ *          fails with EADDRINUSE within a few RDZV_SHIM_AGENT_WAIT_MS, and
+ *          closing a pipe meanwhile does not wait for it. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RACE_THREADS 4
+#define RACE_SECONDS 3
+#define STALL_WAIT_MS_DEFAULT 10000
+#define STALL_SLACK 5            /* the bind may take this many waits */
+#define STALL_CLOSE_AFTER_MS 200
+#define SELF_TIMEOUT_S 60
+
+static atomic_bool s_stop;
+static atomic_long s_shut_down, s_in_use, s_rounds;
+
+static int s_fail(const char *what)
+{
+    fprintf(stderr, "shim_close_race: %s: %s\n", what, strerror(errno));
+    return 1;
+}
+
+/* A SO_REUSEADDR listener on port, or -1 with errno from bind(). */
+static int s_listen(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), on = 1;
+    if (fd < 0)
+        return -1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port) };
+    if (bind(fd, (struct sockaddr *) &sin, sizeof sin) < 0 || listen(fd, 8) < 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    return fd;
+}
+
+static bool s_listening(int fd)
+{
+    int on = 0;
+    socklen_t len = sizeof on;
+    return getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &len) == 0 && on;
+}
+
+static long s_ms_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (t.tv_sec - t0->tv_sec) * 1000L + (t.tv_nsec - t0->tv_nsec) / 1000000L;
+}
+
+static void *s_race_worker(void *arg)
+{
+    int port = (int) (long) arg;
+    while (!atomic_load(&s_stop)) {
+        int fd = s_listen(port);
+        if (fd < 0) {
+            if (errno == EADDRINUSE)
+                atomic_fetch_add(&s_in_use, 1);
+            continue;
+        }
+        for (int i = 0; i < 3; i++)
+            if (!s_listening(fd)) {
+                atomic_fetch_add(&s_shut_down, 1);
+                break;
+            }
+        atomic_fetch_add(&s_rounds, 1);
+        close(fd);
+    }
+    return NULL;
+}
+
+static int s_race(int port)
+{
+    pthread_t t[RACE_THREADS];
+    for (int i = 0; i < RACE_THREADS; i++)
+        pthread_create(&t[i], NULL, s_race_worker, (void *) (long) (port + i));
+    sleep(RACE_SECONDS);
+    atomic_store(&s_stop, true);
+    for (int i = 0; i < RACE_THREADS; i++)
+        pthread_join(t[i], NULL);
+    int bad = 0;
+    for (int i = 0; i < RACE_THREADS; i++) {
+        int fd = s_listen(port + i);
+        if (fd < 0)
+            bad = s_fail("a port did not take a bind after the race");
+        else
+            close(fd);
+    }
+    fprintf(stderr, "shim_close_race: %ld rounds, %ld listeners shut down, %ld EADDRINUSE\n",
+            atomic_load(&s_rounds), atomic_load(&s_shut_down), atomic_load(&s_in_use));
+    if (atomic_load(&s_shut_down) || atomic_load(&s_in_use) || atomic_load(&s_rounds) == 0)
+        bad = 1;
+    return bad;
+}
+
+static int s_stale(int port)
+{
+    int first = s_listen(port);
+    if (first < 0)
+        return s_fail("first listener");
+    syscall(SYS_close, first);          /* the shim does not see this one */
+    int second = s_listen(port + 1);
+    if (second < 0)
+        return s_fail("second listener");
+    if (second != first) {
+        fprintf(stderr, "shim_close_race: fd %d not reused (%d)\n", first, second);
+        return 1;
+    }
+    int again = s_listen(port);
+    if (again < 0)
+        return s_fail("the first port after its fd was reused");
+    close(again);
+    close(second);
+    return 0;
+}
+
+typedef struct {
+    int port;
+    int rc, err;
+    atomic_bool done;
+} s_stall_bind_t;
+
+static void *s_stall_bind(void *arg)
+{
+    s_stall_bind_t *b = arg;
+    int fd = s_listen(b->port);
+    b->rc = fd;
+    b->err = errno;
+    if (fd >= 0)
+        close(fd);
+    atomic_store(&b->done, true);
+    return NULL;
+}
+
+static int s_stall(int port)
+{
+    const char *env = getenv("RDZV_SHIM_AGENT_WAIT_MS");
+    int wait_ms = env && *env ? atoi(env) : STALL_WAIT_MS_DEFAULT;
+    int held = s_listen(port);
+    if (held < 0)
+        return s_fail("listener");
+    printf("ready\n");
+    fflush(stdout);
+    char line[16];
+    if (!fgets(line, sizeof line, stdin))
+        return s_fail("stdin");
+    s_stall_bind_t b = { .port = port + 1 };
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pthread_t t;
+    pthread_create(&t, NULL, s_stall_bind, &b);
+    usleep(STALL_CLOSE_AFTER_MS * 1000);
+    int p[2];
+    if (pipe(p) < 0)
+        return s_fail("pipe");
+    close(p[0]);
+    close(p[1]);
+    bool waited = atomic_load(&b.done);
+    pthread_join(t, NULL);
+    long took = s_ms_since(&t0);
+    int bad = 0;
+    if (waited) {
+        fprintf(stderr, "shim_close_race: close() of a pipe waited for a managed bind\n");
+        bad = 1;
+    }
+    if (b.rc >= 0 || b.err != EADDRINUSE) {
+        fprintf(stderr, "shim_close_race: the bind gave %d (%s), not EADDRINUSE\n", b.rc,
+                strerror(b.err));
+        bad = 1;
+    }
+    if (took > (long) STALL_SLACK * wait_ms + 1000) {
+        fprintf(stderr, "shim_close_race: the bind took %ld ms with a wait of %d ms\n", took,
+                wait_ms);
+        bad = 1;
+    }
+    close(held);
+    return bad;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: shim_close_race race|stale|stall PORT\n");
+        return 2;
+    }
+    alarm(SELF_TIMEOUT_S);
+    int port = atoi(argv[2]);
+    if (strcmp(argv[1], "race") == 0)
+        return s_race(port);
+    if (strcmp(argv[1], "stale") == 0)
+        return s_stale(port);
+    if (strcmp(argv[1], "stall") == 0)
+        return s_stall(port);
+    fprintf(stderr, "shim_close_race: unknown mode %s\n", argv[1]);
+    return 2;
+}
