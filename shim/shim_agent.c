@@ -3,6 +3,7 @@
 #include "shim_syms.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -10,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,6 +26,7 @@ typedef enum { S_UNKNOWN = 0, S_CONNECTED, S_OFF, S_LOST } s_state_t;
 
 #define S_AGENT_WAIT_MS 10000
 #define S_RETRY_MS 50
+#define S_REPLY_MIN_MS 100
 #define S_SPIN_NS 200000L
 
 typedef struct {
@@ -135,13 +136,83 @@ static void s_init(void)
     pthread_atfork(s_atfork_prepare, s_atfork_parent, s_atfork_child);
 }
 
-static int s_exchange(const rdzv_agent_msg_t *req, rdzv_agent_msg_t *rep, int *fd_out)
+static int64_t s_now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t) t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* The end of one wait for the agent: a bind, a CLOSE, a first HELLO. */
+static int64_t s_deadline(void)
+{
+    return s_now_ms() + s_wait_ms;
+}
+
+/* How long the next request may wait for its reply: what is left before
+ * deadline, at least S_REPLY_MIN_MS, at most the protocol's timeout. */
+static int s_budget_ms(int64_t deadline)
+{
+    int64_t left = deadline - s_now_ms();
+    if (left < S_REPLY_MIN_MS)
+        return S_REPLY_MIN_MS;
+    return left > RDZV_AGENT_REPLY_TIMEOUT_MS ? RDZV_AGENT_REPLY_TIMEOUT_MS : (int) left;
+}
+
+/* Waits up to ms for events on s_fd; false on timeout or error. */
+static bool s_poll(short events, int ms)
+{
+    struct pollfd pfd = { .fd = s_fd, .events = events };
+    int rc;
+    do
+        rc = poll(&pfd, 1, ms);
+    while (rc < 0 && errno == EINTR);
+    return rc > 0;
+}
+
+static ssize_t s_send(const rdzv_agent_msg_t *req, int ms)
 {
     ssize_t n;
-    do
-        n = send(s_fd, req, sizeof *req, MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
-    if (n != (ssize_t) sizeof *req)
+    for (;;) {
+        n = send(s_fd, req, sizeof *req, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n >= 0 || (errno != EINTR && errno != EAGAIN))
+            return n;
+        if (errno == EAGAIN && !s_poll(POLLOUT, ms))
+            return -1;
+    }
+}
+
+/* The socket is non-blocking; the agent answers in tens of microseconds,
+ * so spinning for that long saves this thread a sleep and a wake-up,
+ * which is most of a probe's tail. Then poll, for up to ms in all. */
+static ssize_t s_recv(struct msghdr *mh, int ms)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        ssize_t n = recvmsg(s_fd, mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+        if (n >= 0 || (errno != EAGAIN && errno != EINTR))
+            return n;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        long ns = (t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec);
+        if (ns <= S_SPIN_NS) {
+            sched_yield();
+            continue;
+        }
+        int left = ms - (int) (ns / 1000000L);
+        if (left <= 0 || !s_poll(POLLIN, left))
+            return -1;
+    }
+}
+
+/* One request and its reply, waiting at most until deadline (within the
+ * bounds of s_budget_ms). */
+static int s_exchange(const rdzv_agent_msg_t *req, rdzv_agent_msg_t *rep, int *fd_out,
+                      int64_t deadline)
+{
+    int ms = s_budget_ms(deadline);
+    *fd_out = -1;
+    if (s_send(req, ms) != (ssize_t) sizeof *req)
         return -1;
     union {
         char buf[CMSG_SPACE(sizeof(int))];
@@ -150,25 +221,7 @@ static int s_exchange(const rdzv_agent_msg_t *req, rdzv_agent_msg_t *rep, int *f
     struct iovec iov = { .iov_base = rep, .iov_len = sizeof *rep };
     struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
                          .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf };
-    /* The agent answers in tens of microseconds; polling for that long
-     * saves this thread a sleep and a wake-up, which is most of a probe's
-     * tail. Then the blocking wait, bounded by SO_RCVTIMEO. */
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (;;) {
-        n = recvmsg(s_fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-        if (n >= 0 || (errno != EAGAIN && errno != EINTR))
-            break;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > S_SPIN_NS) {
-            do
-                n = recvmsg(s_fd, &mh, MSG_CMSG_CLOEXEC);
-            while (n < 0 && errno == EINTR);
-            break;
-        }
-        sched_yield();
-    }
-    *fd_out = -1;
+    ssize_t n = s_recv(&mh, ms);
     struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
     if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS
         && c->cmsg_len == CMSG_LEN(sizeof(int)))
@@ -183,15 +236,13 @@ static int s_exchange(const rdzv_agent_msg_t *req, rdzv_agent_msg_t *rep, int *f
     return 0;
 }
 
-static int s_connect(void)
+/* A connection that an agent that is stopped, not gone, would accept
+ * into its backlog is bounded by the HELLO's wait for its reply. */
+static int s_connect(int64_t deadline)
 {
-    s_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    s_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (s_fd < 0)
         return -1;
-    struct timeval tv = { .tv_sec = RDZV_AGENT_REPLY_TIMEOUT_MS / 1000,
-                          .tv_usec = (RDZV_AGENT_REPLY_TIMEOUT_MS % 1000) * 1000 };
-    setsockopt(s_fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(s_fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     struct sockaddr_un sun = { .sun_family = AF_UNIX };
     strcpy(sun.sun_path, s_path);
     int rc;
@@ -202,7 +253,7 @@ static int s_connect(void)
                              .op = RDZV_AGENT_OP_HELLO };
     rdzv_agent_msg_t rep;
     int fd = -1;
-    if (rc < 0 || s_exchange(&req, &rep, &fd) < 0 || rep.status != 0
+    if (rc < 0 || s_exchange(&req, &rep, &fd, deadline) < 0 || rep.status != 0
         || rep.range_base == 0 || rep.range_base >= rep.range_limit) {
         s_drop_connection();
         return -1;
@@ -213,20 +264,27 @@ static int s_connect(void)
     return 0;
 }
 
-/* Under s_lock, after the agent went away: tries to reach it again for up
- * to s_wait_ms (a restarted agent serves the same socket path). */
-static bool s_reconnect(void)
+/* Under s_lock, after the agent went away: tries to reach it again until
+ * deadline (a restarted agent serves the same socket path), at least once.
+ * The lock is let go between tries, so that a CLOSE or another thread's
+ * bind is not held up by the sleeps; one of those may reconnect first. */
+static bool s_reconnect(int64_t deadline)
 {
-    for (int waited = 0;; waited += S_RETRY_MS) {
-        if (s_connect() == 0) {
+    for (;;) {
+        if (s_state == S_CONNECTED && s_pid == getpid())
+            return true;
+        if (s_connect(deadline) == 0) {
             static const char msg[] = "librdzv_shim: reached the agent again\n";
             (void) !write(STDERR_FILENO, msg, sizeof msg - 1);
             s_state = S_CONNECTED;
             return true;
         }
-        if (waited >= s_wait_ms)
+        int64_t left = deadline - s_now_ms();
+        if (left <= 0)
             return false;
-        usleep(S_RETRY_MS * 1000);
+        pthread_mutex_unlock(&s_lock);
+        usleep((useconds_t) (left < S_RETRY_MS ? left : S_RETRY_MS) * 1000);
+        pthread_mutex_lock(&s_lock);
     }
 }
 
@@ -253,7 +311,7 @@ static bool s_ensure(void)
         atomic_store(&s_off, true);
         return false;
     }
-    if (s_connect() < 0) {
+    if (s_connect(s_deadline()) < 0) {
         s_say("cannot reach the agent at", s_path);
         s_state = S_OFF;
         atomic_store(&s_off, true);
@@ -292,14 +350,15 @@ int rdzv_shim_agent_bind(const rdzv_agent_msg_t *req, rdzv_agent_msg_t *rep, int
     pthread_once(&s_once, s_init);
     pthread_mutex_lock(&s_lock);
     int rc = -1;
+    int64_t deadline = s_deadline();
     if (s_state == S_LOST) {
-        rc = s_reconnect() ? s_exchange(req, rep, fd_out) : -2;
+        rc = s_reconnect(deadline) ? s_exchange(req, rep, fd_out, deadline) : -2;
     } else if (s_ensure()) {
-        rc = s_exchange(req, rep, fd_out);
+        rc = s_exchange(req, rep, fd_out, deadline);
         /* The connection may be to an agent that has since restarted. */
         if (rc < 0) {
             s_lose();
-            rc = s_reconnect() ? s_exchange(req, rep, fd_out) : -2;
+            rc = s_reconnect(deadline) ? s_exchange(req, rep, fd_out, deadline) : -2;
         }
     }
     if (rc == -1 && s_state == S_CONNECTED)
@@ -333,7 +392,7 @@ static void s_report_closed(uint64_t handle)
                              .op = RDZV_AGENT_OP_CLOSE, .handle = handle };
     rdzv_agent_msg_t rep;
     int passed = -1;
-    if (s_state == S_CONNECTED && s_pid == getpid() && s_exchange(&req, &rep, &passed) < 0)
+    if (s_state == S_CONNECTED && s_pid == getpid() && s_exchange(&req, &rep, &passed, s_deadline()) < 0)
         s_lose();
 }
 

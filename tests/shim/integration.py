@@ -665,6 +665,31 @@ def close_race_case(mode, port_offset=0):
     return case
 
 
+def case_stalled_agent(pod):
+    """A stopped agent (alive, not answering): a managed bind fails with
+    EADDRINUSE within a few RDZV_SHIM_AGENT_WAIT_MS, and close() of a pipe
+    in another thread does not wait for it (shim_close_race stall)."""
+    p = subprocess.Popen([pod.opts.close_race, "stall", str(pod.plan[0])],
+                         env=pod.env(RDZV_SHIM_AGENT_WAIT_MS="2000"), stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        check(p.stdout.readline().strip() == "ready", "shim_close_race stall did not start")
+        pod.agent.send_signal(signal.SIGSTOP)
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        try:
+            _, err = p.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            raise Fail("shim_close_race stall hung with the agent stopped")
+        check(p.returncode == 0, "shim_close_race stall exited %d: %s" % (p.returncode, err))
+    finally:
+        pod.agent.send_signal(signal.SIGCONT)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 class Skip(Exception):
     pass
 
@@ -693,6 +718,7 @@ POD_CASES = {
     "new_engine_epoch": case_new_engine_epoch,
     "close_race": close_race_case("race"),
     "close_stale_fd": close_race_case("stale", 4),
+    "stalled_agent": case_stalled_agent,
 }
 OWN_CASES = {"cmd": case_cmd, "cmd_signal": case_cmd_signal,
              "group_deleted": case_group_deleted, "replan": case_replan,
