@@ -2,12 +2,20 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+typedef struct {
+    rdzv_lease_where_t where;
+    bool reuseport;
+} s_listener_t;
 
 typedef struct {
     int port;
     rdzv_port_state_t state;
-    int listeners;           /* sockets handed over on this port, still open */
-    bool all_reuseport;      /* every one of them set SO_REUSEPORT */
+    s_listener_t *listeners;   /* sockets handed over on this port, still open */
+    size_t nlisteners;
+    size_t cap_listeners;
 } s_slot_t;
 
 struct rdzv_lease {
@@ -48,6 +56,8 @@ void rdzv_lease_destroy(rdzv_lease_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
+    for (size_t i = 0; i < (*self_p)->nslots; i++)
+        free((*self_p)->slots[i].listeners);
     free((*self_p)->slots);
     free(*self_p);
     *self_p = NULL;
@@ -114,40 +124,108 @@ int rdzv_lease_probe_any(rdzv_lease_t *self, int *port_out)
     return EADDRINUSE;
 }
 
-int rdzv_lease_listen(rdzv_lease_t *self, int port, bool reuseport)
+static bool s_wildcard(const rdzv_lease_where_t *w)
 {
-    if (!s_in_range(self, port))
+    static const unsigned char zero[16];
+    return memcmp(w->addr, zero, w->family == AF_INET ? 4 : 16) == 0;
+}
+
+static bool s_same_where(const rdzv_lease_where_t *a, const rdzv_lease_where_t *b)
+{
+    return a->family == b->family && a->v6only == b->v6only
+        && memcmp(a->addr, b->addr, a->family == AF_INET ? 4 : 16) == 0;
+}
+
+/* Whether two binds on one port would collide without SO_REUSEPORT
+ * (Linux's inet_rcv_saddr_equal). */
+static bool s_overlap(const rdzv_lease_where_t *a, const rdzv_lease_where_t *b)
+{
+    if (a->family == b->family)
+        return s_wildcard(a) || s_wildcard(b)
+            || memcmp(a->addr, b->addr, a->family == AF_INET ? 4 : 16) == 0;
+    const rdzv_lease_where_t *v6 = a->family == AF_INET6 ? a : b;
+    return s_wildcard(v6) && !v6->v6only;
+}
+
+static int s_add_listener(s_slot_t *slot, const rdzv_lease_where_t *where, bool reuseport)
+{
+    if (slot->nlisteners == slot->cap_listeners) {
+        size_t cap = slot->cap_listeners ? 2 * slot->cap_listeners : 4;
+        s_listener_t *grown = realloc(slot->listeners, cap * sizeof *grown);
+        if (!grown)
+            return ENOMEM;
+        slot->listeners = grown;
+        slot->cap_listeners = cap;
+    }
+    slot->listeners[slot->nlisteners++] = (s_listener_t) {
+        .where = *where, .reuseport = reuseport };
+    slot->state = RDZV_PORT_TAKEN;
+    return 0;
+}
+
+/* ::ffff:a.b.c.d binds a.b.c.d for the kernel's conflict check. */
+static rdzv_lease_where_t s_normal(const rdzv_lease_where_t *w)
+{
+    static const unsigned char mapped[12] = { [10] = 0xff, [11] = 0xff };
+    rdzv_lease_where_t n = *w;
+    if (w->family == AF_INET6 && memcmp(w->addr, mapped, sizeof mapped) == 0) {
+        memset(&n, 0, sizeof n);
+        n.family = AF_INET;
+        memcpy(n.addr, &w->addr[12], 4);
+    }
+    return n;
+}
+
+int rdzv_lease_listen_at(rdzv_lease_t *self, int port, const rdzv_lease_where_t *where_in,
+                         bool reuseport)
+{
+    rdzv_lease_where_t n = s_normal(where_in), *where = &n;
+    if (!s_in_range(self, port)
+        || (where->family != AF_INET && where->family != AF_INET6))
         return EINVAL;
     s_slot_t *slot = s_slot(self, port);
     if (!slot)
         return EADDRINUSE;
-    if (slot->state == RDZV_PORT_TAKEN) {
-        if (!reuseport || !slot->all_reuseport)
+    for (size_t i = 0; i < slot->nlisteners; i++) {
+        const s_listener_t *l = &slot->listeners[i];
+        if (s_overlap(&l->where, where) && !(reuseport && l->reuseport))
             return EADDRINUSE;
-        slot->listeners++;
-        return 0;
     }
-    slot->state = RDZV_PORT_TAKEN;
-    slot->listeners = 1;
-    slot->all_reuseport = reuseport;
-    return 0;
+    return s_add_listener(slot, where, reuseport);
+}
+
+void rdzv_lease_unlisten_at(rdzv_lease_t *self, int port, const rdzv_lease_where_t *where_in)
+{
+    rdzv_lease_where_t n = s_normal(where_in), *where = &n;
+    s_slot_t *slot = s_slot(self, port);
+    if (!slot || slot->state != RDZV_PORT_TAKEN)
+        return;
+    for (size_t i = 0; i < slot->nlisteners; i++) {
+        if (s_same_where(&slot->listeners[i].where, where)) {
+            slot->listeners[i] = slot->listeners[--slot->nlisteners];
+            break;
+        }
+    }
+    if (slot->nlisteners == 0)
+        slot->state = RDZV_PORT_LEASED;
+}
+
+static const rdzv_lease_where_t s_everywhere = { .family = AF_INET6, .v6only = false };
+
+int rdzv_lease_listen(rdzv_lease_t *self, int port, bool reuseport)
+{
+    return rdzv_lease_listen_at(self, port, &s_everywhere, reuseport);
 }
 
 void rdzv_lease_unlisten(rdzv_lease_t *self, int port)
 {
-    s_slot_t *slot = s_slot(self, port);
-    if (!slot || slot->state != RDZV_PORT_TAKEN)
-        return;
-    if (--slot->listeners <= 0) {
-        slot->listeners = 0;
-        slot->state = RDZV_PORT_LEASED;
-    }
+    rdzv_lease_unlisten_at(self, port, &s_everywhere);
 }
 
 void rdzv_lease_reset(rdzv_lease_t *self)
 {
     for (size_t i = 0; i < self->nslots; i++) {
         self->slots[i].state = RDZV_PORT_FREE;
-        self->slots[i].listeners = 0;
+        self->slots[i].nlisteners = 0;
     }
 }

@@ -22,6 +22,14 @@ typedef enum {
 
 typedef struct rdzv_lease rdzv_lease_t;
 
+/* Where a listener is bound on its port, as the kernel's bind conflict
+ * check sees it. An IPv4-mapped IPv6 address counts as the IPv4 one. */
+typedef struct {
+    int family;                /* AF_INET or AF_INET6 */
+    unsigned char addr[16];    /* network order; IPv4 in the first 4 bytes */
+    bool v6only;               /* AF_INET6: IPV6_V6ONLY set */
+} rdzv_lease_where_t;
+
 /* A table for the managed range [range_base, range_limit) and the plan
  * (nplan ports, each inside the range). NULL on bad arguments or memory. */
 rdzv_lease_t *rdzv_lease_new(int range_base, int range_limit,
@@ -40,12 +48,22 @@ void rdzv_lease_unprobe(rdzv_lease_t *self, int port);
 /* A port-0 probe: leases the first FREE port of the plan (plan order) and
  * stores it in *port_out; EADDRINUSE when none is left. */
 int rdzv_lease_probe_any(rdzv_lease_t *self, int *port_out);
-/* A listener on port: FREE or LEASED -> TAKEN. A TAKEN port takes another
- * listener only if it and every listener already there set SO_REUSEPORT,
- * as the kernel would allow. Outside the plan: EADDRINUSE (EINVAL outside
- * the range). */
+/* A listener on port at where: FREE or LEASED -> TAKEN. A TAKEN port takes
+ * another listener where the kernel would: on an address that overlaps no
+ * listener's there (0.0.0.0 beside [::] with IPV6_V6ONLY, 127.0.0.1 beside
+ * 127.0.0.2), or beside overlapping ones only if it and each of them set
+ * SO_REUSEPORT. Overlapping: the same family with either address the
+ * wildcard or both equal; a dual-stack [::] overlaps every IPv4 address.
+ * Outside the plan: EADDRINUSE (EINVAL outside the range or for a family
+ * other than AF_INET/AF_INET6); ENOMEM. */
+int rdzv_lease_listen_at(rdzv_lease_t *self, int port, const rdzv_lease_where_t *where,
+                         bool reuseport);
+/* The listener at where on port went away; the port stays leased to the
+ * Pod. */
+void rdzv_lease_unlisten_at(rdzv_lease_t *self, int port, const rdzv_lease_where_t *where);
+/* rdzv_lease_listen_at() and _unlisten_at() on dual-stack [::], which
+ * overlaps every other listener on the port. */
 int rdzv_lease_listen(rdzv_lease_t *self, int port, bool reuseport);
-/* One listener on port went away; the port stays leased to the Pod. */
 void rdzv_lease_unlisten(rdzv_lease_t *self, int port);
 /* The engine has gone: every port of the plan is FREE again. */
 void rdzv_lease_reset(rdzv_lease_t *self);

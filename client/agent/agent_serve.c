@@ -25,6 +25,7 @@ typedef struct {
     uint64_t conn_id;          /* the connection of the process it went to */
     int fd;                    /* the agent's duplicate of the listener */
     int port;
+    rdzv_lease_where_t where;
 } s_handover_t;
 
 /* A socket passed for a probe, kept so that the agent sees when it starts
@@ -142,7 +143,7 @@ static void s_drop_handover(rdzv_agent_serve_t *self, size_t i)
     s_handover_t *h = &self->handovers[i];
     shutdown(h->fd, SHUT_RDWR);
     close(h->fd);
-    rdzv_lease_unlisten(self->lease, h->port);
+    rdzv_lease_unlisten_at(self->lease, h->port, &h->where);
     self->handovers[i] = self->handovers[--self->nhandovers];
 }
 
@@ -291,7 +292,8 @@ static int s_send(int fd, const rdzv_agent_msg_t *msg, int pass_fd)
 }
 
 static int s_record_handover(rdzv_agent_serve_t *self, uint64_t conn_id, int fd,
-                             int port, uint64_t *handle_out)
+                             int port, const rdzv_lease_where_t *where,
+                             uint64_t *handle_out)
 {
     if (self->nhandovers == self->cap_handovers) {
         size_t cap = self->cap_handovers ? 2 * self->cap_handovers : 16;
@@ -303,7 +305,8 @@ static int s_record_handover(rdzv_agent_serve_t *self, uint64_t conn_id, int fd,
     }
     *handle_out = self->next_id++;
     self->handovers[self->nhandovers++] = (s_handover_t) {
-        .handle = *handle_out, .conn_id = conn_id, .fd = fd, .port = port };
+        .handle = *handle_out, .conn_id = conn_id, .fd = fd, .port = port,
+        .where = *where };
     return 0;
 }
 
@@ -329,7 +332,22 @@ static void s_set_port(struct sockaddr_storage *ss, int port)
         ((struct sockaddr_in6 *) ss)->sin6_port = htons((uint16_t) port);
 }
 
-static int s_apply_rules(rdzv_agent_serve_t *self, const rdzv_agent_msg_t *req, int *port)
+/* Where a BIND request's address lies, for the lease's overlap rules. */
+static void s_request_where(const rdzv_agent_msg_t *req, const struct sockaddr_storage *ss,
+                            rdzv_lease_where_t *where)
+{
+    memset(where, 0, sizeof *where);
+    where->family = ss->ss_family;
+    if (ss->ss_family == AF_INET) {
+        memcpy(where->addr, &((const struct sockaddr_in *) ss)->sin_addr, 4);
+        return;
+    }
+    where->v6only = req->flags & RDZV_AGENT_F_V6ONLY;
+    memcpy(where->addr, &((const struct sockaddr_in6 *) ss)->sin6_addr, 16);
+}
+
+static int s_apply_rules(rdzv_agent_serve_t *self, const rdzv_agent_msg_t *req, int *port,
+                         const rdzv_lease_where_t *where)
 {
     switch (req->kind) {
     case RDZV_BIND_PROBE:
@@ -341,16 +359,18 @@ static int s_apply_rules(rdzv_agent_serve_t *self, const rdzv_agent_msg_t *req, 
             return EINVAL;
         if (s_probe_listens(self, *port))
             return EADDRINUSE;
-        return rdzv_lease_listen(self->lease, *port, req->flags & RDZV_AGENT_F_REUSEPORT);
+        return rdzv_lease_listen_at(self->lease, *port, where,
+                                    req->flags & RDZV_AGENT_F_REUSEPORT);
     default:
         return EINVAL;
     }
 }
 
-static void s_undo_rules(rdzv_agent_serve_t *self, uint32_t kind, int port)
+static void s_undo_rules(rdzv_agent_serve_t *self, uint32_t kind, int port,
+                         const rdzv_lease_where_t *where)
 {
     if (kind == RDZV_BIND_LISTENER)
-        rdzv_lease_unlisten(self->lease, port);
+        rdzv_lease_unlisten_at(self->lease, port, where);
     else
         rdzv_lease_unprobe(self->lease, port);
 }
@@ -362,7 +382,9 @@ static int s_handle_bind(rdzv_agent_serve_t *self, const s_conn_t *conn,
     int port = s_request_port(req, &ss);
     if (port < 0)
         return rep->status = EINVAL, -1;
-    int status = s_apply_rules(self, req, &port);
+    rdzv_lease_where_t where;
+    s_request_where(req, &ss, &where);
+    int status = s_apply_rules(self, req, &port, &where);
     if (status != 0)
         return rep->status = status, -1;
     s_set_port(&ss, port);
@@ -370,7 +392,7 @@ static int s_handle_bind(rdzv_agent_serve_t *self, const s_conn_t *conn,
                                    req->flags & RDZV_AGENT_F_V6ONLY);
     if (fd >= 0 && req->kind == RDZV_BIND_LISTENER) {
         uint64_t handle = 0;
-        status = s_record_handover(self, conn->id, fd, port, &handle);
+        status = s_record_handover(self, conn->id, fd, port, &where, &handle);
         rep->handle = handle;
         if (status != 0) {
             close(fd);
@@ -378,7 +400,7 @@ static int s_handle_bind(rdzv_agent_serve_t *self, const s_conn_t *conn,
         }
     }
     if (fd < 0) {
-        s_undo_rules(self, req->kind, port);
+        s_undo_rules(self, req->kind, port, &where);
         return rep->status = -fd, -1;
     }
     rep->port = (uint32_t) port;

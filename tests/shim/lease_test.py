@@ -1,0 +1,122 @@
+#!/usr/bin/python3
+"""Integration tests of the agent's lease rules for listeners that Linux lets
+share a port (several addresses and families), with a real rdzvd, agent
+and shim (helpers from integration.py).
+
+    lease_test.py CASE --rdzvd EXE --rdzv EXE --shim SO --listener EXE
+
+Ranges from 26200 up, apart from integration.py's and the fault tests'.
+Exit 0 pass, 1 fail, 77 skip."""
+import argparse
+import socket
+import sys
+
+import integration
+from integration import Fail, check
+
+integration.BASE = 26200
+
+
+def has_ipv6():
+    try:
+        s = socket.socket(socket.AF_INET6)
+        s.bind(("::1", 0))
+        s.close()
+        return True
+    except OSError:
+        return False
+
+
+def case_asyncio_both_families(pod):
+    """asyncio.start_server(port=P) binds [::] with IPV6_V6ONLY and 0.0.0.0
+    on P; Linux allows both, so the lease must too."""
+    if not has_ipv6():
+        raise integration.Skip("no IPv6")
+    got = pod.py_json("""
+import asyncio, json, socket
+async def main():
+    srv = await asyncio.start_server(lambda r, w: w.close(), port=%d)
+    out = sorted((s.family == socket.AF_INET6, s.getsockname()[1]) for s in srv.sockets)
+    srv.close(); await srv.wait_closed()
+    return out
+print(json.dumps(asyncio.run(main())))
+""" % pod.plan[0])
+    check(got == [[False, pod.plan[0]], [True, pod.plan[0]]], "asyncio listeners: %s" % got)
+
+
+def case_addresses_share_a_port(pod):
+    """0.0.0.0 beside [::] v6only, and 127.0.0.1 beside 127.0.0.2, each
+    taking connections; a dual-stack [::] or a second 0.0.0.0 beside them is
+    still refused, as Linux refuses it."""
+    if not has_ipv6():
+        raise integration.Skip("no IPv6")
+    p, q = pod.plan[1], pod.plan[2]
+    got = pod.py_json("""
+import json, socket
+def listen(family, addr, port, v6only=None):
+    s = socket.socket(family)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if v6only is not None:
+        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, v6only)
+    try:
+        s.bind((addr, port)); s.listen(); return s
+    except OSError as e:
+        return e.errno
+def reaches(family, addr, port, l):
+    c = socket.create_connection((addr, port), timeout=2); a, _ = l.accept()
+    a.close(); c.close(); return True
+v6 = listen(socket.AF_INET6, "::", %(p)d, 1)
+v4 = listen(socket.AF_INET, "0.0.0.0", %(p)d)
+dual = listen(socket.AF_INET6, "::", %(p)d, 0)
+v4_again = listen(socket.AF_INET, "127.0.0.1", %(p)d)
+one = listen(socket.AF_INET, "127.0.0.1", %(q)d)
+two = listen(socket.AF_INET, "127.0.0.2", %(q)d)
+print(json.dumps([reaches(socket.AF_INET6, "::1", %(p)d, v6),
+                  reaches(socket.AF_INET, "127.0.0.1", %(p)d, v4),
+                  dual, v4_again,
+                  reaches(socket.AF_INET, "127.0.0.1", %(q)d, one),
+                  reaches(socket.AF_INET, "127.0.0.2", %(q)d, two)]))
+""" % {"p": p, "q": q})
+    eaddrinuse = 98
+    check(got == [True, True, eaddrinuse, eaddrinuse, True, True], "listeners: %s" % got)
+
+
+CASES = {
+    "asyncio_both_families": case_asyncio_both_families,
+    "addresses_share_a_port": case_addresses_share_a_port,
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("case", choices=list(CASES) + ["list"])
+    ap.add_argument("--rdzvd")
+    ap.add_argument("--rdzv")
+    ap.add_argument("--shim")
+    ap.add_argument("--listener")
+    opts = ap.parse_args()
+    if opts.case == "list":
+        print("\n".join(CASES))
+        return 0
+    try:
+        pod = integration.Pod(opts, list(CASES).index(opts.case))
+        try:
+            CASES[opts.case](pod)
+            pod.stop_agent()
+        except Fail:
+            sys.stderr.write("--- agent log ---\n" + open(pod.agent_log).read())
+            raise
+        finally:
+            pod.close()
+    except integration.Skip as e:
+        print("SKIP:", e)
+        return 77
+    except Fail as e:
+        print("FAIL %s: %s" % (opts.case, e))
+        return 1
+    print("PASS", opts.case)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
