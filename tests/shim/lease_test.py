@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Integration tests of the agent's lease rules for listeners that Linux lets
-share a port (several addresses and families), with a real rdzvd, agent
-and shim (helpers from integration.py).
+share a port (several addresses and families), and of a listener the
+process still holds through a dup() after close(), with a real rdzvd,
+agent and shim (helpers from integration.py).
 
     lease_test.py CASE --rdzvd EXE --rdzv EXE --shim SO --listener EXE
 
@@ -81,9 +82,30 @@ print(json.dumps([reaches(socket.AF_INET6, "::1", %(p)d, v6),
     check(got == [True, True, eaddrinuse, eaddrinuse, True, True], "listeners: %s" % got)
 
 
+def case_dup_then_close(pod):
+    """A listener the process still holds through a dup() keeps listening
+    after the original descriptor is closed, as without the shim; once the
+    dup is closed too, the port takes a new listener."""
+    got = pod.py_json("""
+import json, socket
+def served(l):
+    c = socket.create_connection(("127.0.0.1", %(p)d), timeout=2)
+    l.settimeout(2); a, _ = l.accept(); a.close(); c.close(); return True
+s = socket.create_server(("", %(p)d))
+s2 = s.dup(); s.close()
+on = s2.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
+first = served(s2)
+s2.close()
+again = socket.create_server(("", %(p)d))
+print(json.dumps([on, first, served(again)]))
+""" % {"p": pod.plan[3]})
+    check(got == [1, True, True], "the dup after close(), then a new listener: %s" % got)
+
+
 CASES = {
     "asyncio_both_families": case_asyncio_both_families,
     "addresses_share_a_port": case_addresses_share_a_port,
+    "dup_then_close": case_dup_then_close,
 }
 
 
