@@ -81,25 +81,30 @@ static bool s_rank0_ids_ok(rdzv_core_t *self, const rdzv_peer_t *peer, const rdz
     return true;
 }
 
-static rdzv_group_t *s_join_group(rdzv_core_t *self, const rdzv_peer_t *peer,
-                                  const rdzv_request_t *req)
+/* The checks of a join that depend on the group alone; g is NULL when the
+ * join would make it. */
+static bool s_group_ok(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv_group_t *g,
+                       const rdzv_request_t *req)
 {
     if (!s_rank0_ids_ok(self, peer, req))
-        return NULL;
-    rdzv_group_t *g = rdzv_core_group(self, req->group);
-    if (g) {
-        if (g->world != req->world) {
-            rdzv_core_error(self, peer, RDZV_E_WORLD_MISMATCH, "group %s has world %d, not %d",
-                            g->name, g->world, req->world);
-            return NULL;
-        }
-        return g;
+        return false;
+    if (g && g->world != req->world) {
+        rdzv_core_error(self, peer, RDZV_E_WORLD_MISMATCH, "group %s has world %d, not %d",
+                        g->name, g->world, req->world);
+        return false;
     }
-    if ((int) zhashx_size(self->groups) >= self->cfg.limits.max_groups) {
+    if (!g && (int) zhashx_size(self->groups) >= self->cfg.limits.max_groups) {
         rdzv_core_error(self, peer, RDZV_E_LIMIT, "rdzvd holds %d groups, its limit",
                         self->cfg.limits.max_groups);
-        return NULL;
+        return false;
     }
+    return true;
+}
+
+/* Records the group a join names; only once the join can no longer be refused. */
+static rdzv_group_t *s_make_group(rdzv_core_t *self, const rdzv_peer_t *peer,
+                                  const rdzv_request_t *req)
+{
     cJSON *rec = cJSON_CreateObject();
     cJSON_AddStringToObject(rec, "t", "group");
     cJSON_AddStringToObject(rec, "g", req->group);
@@ -134,10 +139,10 @@ static bool s_wait_ok(rdzv_core_t *self, const rdzv_peer_t *peer)
 
 static void s_handle_join(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
 {
-    rdzv_group_t *g = s_join_group(self, peer, req);
-    if (!g)
+    rdzv_group_t *g = rdzv_core_group(self, req->group);
+    if (!s_group_ok(self, peer, g, req))
         return;
-    rdzv_member_t *m = g->members[req->rank];
+    rdzv_member_t *m = g ? g->members[req->rank] : NULL;
     bool same_session = m && strcmp(m->session, req->session) == 0;
     bool in_epoch = m && m->epoch == g->epoch;
     if (same_session && g->complete && in_epoch) {
@@ -153,6 +158,8 @@ static void s_handle_join(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv
         return;
     }
     if (!(m && m->waiting) && !s_wait_ok(self, peer))
+        return;
+    if (!g && !(g = s_make_group(self, peer, req)))
         return;
     if (!same_session && in_epoch && g->complete
         && rdzv_group_next_epoch(self, g, "a rank restarted") < 0) {

@@ -30,6 +30,17 @@ static void s_open(void)
     ck_assert_msg(core != NULL, "%s", err);
 }
 
+/* Replaces core by one with these limits, over the same state directory. */
+static void s_reopen_with(rdzv_limits_t limits)
+{
+    rdzv_core_destroy(&core);
+    char err[256];
+    rdzv_config_t cfg = s_config();
+    cfg.limits = limits;
+    core = rdzv_core_new(&cfg, err, sizeof err);
+    ck_assert_msg(core != NULL, "%s", err);
+}
+
 static void setup(void)
 {
     strcpy(dir, "/tmp/rdzv-core-XXXXXX");
@@ -629,6 +640,31 @@ START_TEST(test_limits)
 }
 END_TEST
 
+/* A join refused for the wait limit records nothing: its group is not made,
+ * so its world is not fixed and it does not count against --max-groups. */
+START_TEST(test_join_refused_for_waits_makes_no_group)
+{
+    s_reopen_with((rdzv_limits_t) { .max_groups = 2, .max_waits = 1 });
+    s_join(0, "w1", 2, 0, "n", "s0");
+    ck_assert_ptr_null(replies[0]);
+    uint64_t size = rdzv_journal_size(core->journal);
+    s_join(1, "w2", 2, 0, "n", "s0");
+    ck_assert_str_eq(s_error(1), RDZV_E_LIMIT);
+    ck_assert_uint_eq(rdzv_journal_size(core->journal), size);
+    ck_assert_ptr_null(rdzv_core_group(core, "w2"));
+    s_send(2, "{\"v\":1,\"op\":\"status\",\"group\":\"w2\"}");
+    ck_assert_str_eq(s_error(2), RDZV_E_NOT_FOUND);
+    /* Once w1's wait times out, w2 is made with the world its creator asks for. */
+    now += 6000;
+    rdzv_core_tick(core, now);
+    s_collect();
+    ck_assert_str_eq(s_error(0), RDZV_E_TIMEOUT);
+    s_join(4, "w2", 1, 0, "n", "s0");
+    ck_assert_int_eq(s_field(s_assignment(4), "world"), 1);
+    s_clear_replies();
+}
+END_TEST
+
 static const char *s_hex(char fill)
 {
     static char hex[257];
@@ -695,6 +731,7 @@ int main(void)
     tcase_add_test(tc, test_compaction_keeps_state);
     tcase_add_test(tc, test_compaction_not_every_commit);
     tcase_add_test(tc, test_limits);
+    tcase_add_test(tc, test_join_refused_for_waits_makes_no_group);
     tcase_add_test(tc, test_plans_record);
     tcase_add_test(tc, test_plans_record_escapes_node_names);
     tcase_add_test(tc, test_plans_record_rank_moves_node);
