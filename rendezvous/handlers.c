@@ -247,8 +247,9 @@ static void s_handle_kv(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv_r
         return;
     const char *value = zhashx_lookup(g->kv, req->key);
     if (req->op == RDZV_OP_KV_PUT) {
-        uint64_t grows = strlen(req->key) + strlen(req->value);
-        if (g->kv_bytes + grows > self->cfg.limits.max_kv_bytes) {
+        /* An overwrite frees the old value: count the group without it. */
+        uint64_t others = g->kv_bytes - (value ? strlen(req->key) + strlen(value) : 0);
+        if (others + strlen(req->key) + strlen(req->value) > self->cfg.limits.max_kv_bytes) {
             rdzv_core_error(self, peer, RDZV_E_LIMIT, "group %s holds %llu KV bytes; the limit is %llu",
                             g->name, (unsigned long long) g->kv_bytes,
                             (unsigned long long) self->cfg.limits.max_kv_bytes);

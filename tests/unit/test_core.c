@@ -665,6 +665,36 @@ START_TEST(test_join_refused_for_waits_makes_no_group)
 }
 END_TEST
 
+static void s_put(int who, const char *key, const char *value)
+{
+    s_send(who, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"%s\","
+           "\"value\":\"%s\"}", key, value);
+}
+
+/* Overwriting a key frees its old value: the limit counts what the group
+ * holds after the put, up to and including the limit itself. */
+START_TEST(test_kv_overwrite_limit)
+{
+    s_reopen_with((rdzv_limits_t) { .max_kv_bytes = 10 });
+    s_join(0, "g", 1, 0, "n", "s0");
+    s_put(1, "k", "12345678");                       /* 9 of 10 bytes */
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[1], "ok")));
+    s_put(2, "k", "1234");
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[2], "ok")));
+    s_put(3, "k", "123456789");                      /* exactly 10 */
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[3], "ok")));
+    s_put(4, "k", "12345678");
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[4], "ok")));
+    s_put(5, "k", "1234567890");                     /* 11: over */
+    ck_assert_str_eq(s_error(5), RDZV_E_LIMIT);
+    s_put(6, "j", "x");                              /* 9 + 2: over */
+    ck_assert_str_eq(s_error(6), RDZV_E_LIMIT);
+    s_send(7, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\"}");
+    ck_assert_str_eq(cJSON_GetObjectItem(replies[7], "value")->valuestring, "12345678");
+    s_clear_replies();
+}
+END_TEST
+
 static const char *s_hex(char fill)
 {
     static char hex[257];
@@ -732,6 +762,7 @@ int main(void)
     tcase_add_test(tc, test_compaction_not_every_commit);
     tcase_add_test(tc, test_limits);
     tcase_add_test(tc, test_join_refused_for_waits_makes_no_group);
+    tcase_add_test(tc, test_kv_overwrite_limit);
     tcase_add_test(tc, test_plans_record);
     tcase_add_test(tc, test_plans_record_escapes_node_names);
     tcase_add_test(tc, test_plans_record_rank_moves_node);
