@@ -423,23 +423,20 @@ void rdzv_core_handle_parsed(rdzv_core_t *self, const rdzv_peer_t *peer, rdzv_pa
     self->now_ms = now_ms;
     rdzv_request_t *req = &parsed->req;
     rdzv_peer_t from = *peer;
+    /* Every reply echoes the id; a failed parse keeps it (0 if unreadable). */
+    from.req = req->id;
     if (peer->shard >= 0 && peer->shard < RDZV_METRIC_SHARDS)
         self->metrics.shard_requests[peer->shard]++;
     if (self->rate && !rdzv_rate_allow(self->rate, peer->shard, rdzv_peer_id(peer), peer->len,
-                                       now_ms)) {
-        from.req = 0;
+                                       now_ms))
         rdzv_core_error(self, &from, RDZV_E_LIMIT, "over %d requests per second on this connection",
                         self->cfg.limits.max_rps);
-    } else if (parsed->rc < 0) {
-        from.req = req->id;
+    else if (parsed->rc < 0)
         rdzv_core_error(self, &from, parsed->code, "%s", parsed->msg);
-    } else if (self->cfg.group_token && !s_token_ok(self->cfg.group_token, req->root)) {
-        from.req = req->id;
+    else if (self->cfg.group_token && !s_token_ok(self->cfg.group_token, req->root))
         rdzv_core_error(self, &from, RDZV_E_FORBIDDEN, "missing or wrong group token");
-    } else {
-        from.req = req->id;
+    else
         rdzv_handle_request(self, &from, req);
-    }
     if (parsed->rc >= 0)
         rdzv_request_clear(req);
     parsed->rc = -1;

@@ -695,6 +695,23 @@ START_TEST(test_kv_overwrite_limit)
 }
 END_TEST
 
+/* A reply refused for --max-rps echoes the request's id like any other,
+ * also for a request that does not parse past its id. */
+START_TEST(test_rate_limited_reply_keeps_id)
+{
+    s_reopen_with((rdzv_limits_t) { .max_rps = 2 });
+    for (int i = 0; i < 2; i++)
+        s_send(1, "{\"v\":1,\"id\":%d,\"op\":\"status\"}", 10 + i);
+    s_send(1, "{\"v\":1,\"id\":42,\"op\":\"status\"}");
+    ck_assert_str_eq(s_error(1), RDZV_E_LIMIT);
+    ck_assert_int_eq(s_field(replies[1], "id"), 42);
+    s_send(1, "{\"v\":1,\"id\":43,\"op\":\"no_such_op\"}");
+    ck_assert_str_eq(s_error(1), RDZV_E_LIMIT);
+    ck_assert_int_eq(s_field(replies[1], "id"), 43);
+    s_clear_replies();
+}
+END_TEST
+
 static const char *s_hex(char fill)
 {
     static char hex[257];
@@ -763,6 +780,7 @@ int main(void)
     tcase_add_test(tc, test_limits);
     tcase_add_test(tc, test_join_refused_for_waits_makes_no_group);
     tcase_add_test(tc, test_kv_overwrite_limit);
+    tcase_add_test(tc, test_rate_limited_reply_keeps_id);
     tcase_add_test(tc, test_plans_record);
     tcase_add_test(tc, test_plans_record_escapes_node_names);
     tcase_add_test(tc, test_plans_record_rank_moves_node);
