@@ -2,7 +2,9 @@
 #include "shim_rules.h"
 #include "shim_syms.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -11,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -28,10 +32,13 @@ typedef enum { S_UNKNOWN = 0, S_CONNECTED, S_OFF, S_LOST } s_state_t;
 #define S_RETRY_MS 50
 #define S_REPLY_MIN_MS 100
 #define S_SPIN_NS 200000L
+#define S_DENTS_BYTES 4096
 
 typedef struct {
     int fd;
     uint64_t handle;
+    dev_t dev;                 /* the socket's identity, from fstat at track */
+    ino_t ino;
 } s_tracked_t;
 
 static pthread_mutex_t s_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -369,20 +376,32 @@ int rdzv_shim_agent_bind(const rdzv_agent_msg_t *req, rdzv_agent_msg_t *rep, int
     return rc;
 }
 
-/* Under s_lock: takes fd's entry out of the table; its handle, or 0. */
-static uint64_t s_take(int fd)
+/* Under s_lock: takes fd's entry out of the table into *out; false if
+ * there is none. */
+static bool s_take(int fd, s_tracked_t *out)
 {
     size_t n = atomic_load(&s_ntracked);
     for (size_t i = 0; i < n; i++) {
         if (s_tracked[i].fd != fd)
             continue;
-        uint64_t handle = s_tracked[i].handle;
+        *out = s_tracked[i];
         s_tracked[i] = s_tracked[n - 1];
         atomic_store(&s_ntracked, n - 1);
         s_mark(fd, false);
-        return handle;
+        return true;
     }
-    return 0;
+    return false;
+}
+
+/* Under s_lock. */
+static void s_put(const s_tracked_t *e)
+{
+    size_t n = atomic_load(&s_ntracked);
+    if (n < SHIM_MAX_TRACKED) {
+        s_tracked[n] = *e;
+        atomic_store(&s_ntracked, n + 1);
+        s_mark(e->fd, true);
+    }
 }
 
 /* Under s_lock: tells the agent that the listener of handle is closed. */
@@ -396,20 +415,94 @@ static void s_report_closed(uint64_t handle)
         s_lose();
 }
 
+static bool s_same_socket(int fd, const s_tracked_t *e)
+{
+    struct stat st;
+    return fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == e->dev
+        && st.st_ino == e->ino;
+}
+
+/* The descriptor number an entry of /proc/self/fd names, or -1 ("."). */
+static int s_fd_number(const char *name)
+{
+    if (!*name)
+        return -1;
+    long n = 0;
+    for (; *name; name++) {
+        if (*name < '0' || *name > '9' || n > INT32_MAX / 10)
+            return -1;
+        n = n * 10 + (*name - '0');
+    }
+    return n > INT32_MAX ? -1 : (int) n;
+}
+
+/* Another descriptor of this process, not skip, that refers to e's socket
+ * (a dup() of it), or -1. Raw system calls only, no malloc: close() may
+ * come from a signal handler or a forked child, and closedir() would come
+ * back through the close() wrapper. */
+static int s_find_dup(const s_tracked_t *e, int skip)
+{
+    if (e->ino == 0)
+        return -1;
+    int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0)
+        return -1;
+    union {
+        char buf[S_DENTS_BYTES];
+        struct dirent64 align;
+    } d;
+    int found = -1;
+    long n;
+    while (found < 0 && (n = syscall(SYS_getdents64, dir, d.buf, sizeof d.buf)) > 0) {
+        for (long off = 0; found < 0 && off < n;) {
+            const struct dirent64 *ent = (const struct dirent64 *) (d.buf + off);
+            off += ent->d_reclen;
+            int fd = s_fd_number(ent->d_name);
+            if (fd >= 0 && fd != skip && fd != dir && s_same_socket(fd, e))
+                found = fd;
+        }
+    }
+    rdzv_shim_real()->close(dir);
+    return found;
+}
+
+/* Under s_lock: e's descriptor is gone, or about to be. If the process
+ * still holds the socket through a dup(), the entry moves there and the
+ * listener stays the process's, as it would without the shim; else the
+ * agent is told. */
+static void s_let_go(s_tracked_t e, int gone)
+{
+    for (;;) {
+        int other = s_find_dup(&e, gone);
+        if (other < 0)
+            break;
+        e.fd = other;
+        s_put(&e);
+        /* Marked now, so a close() of other waits for the lock; if one came
+         * in before the mark, other no longer holds the socket. */
+        if (s_same_socket(other, &e))
+            return;
+        s_take(other, &e);
+    }
+    s_report_closed(e.handle);
+}
+
 void rdzv_shim_agent_track(int fd, uint64_t handle)
 {
+    s_tracked_t e = { .fd = fd, .handle = handle };
+    struct stat st;
+    if (fstat(fd, &st) == 0) {
+        e.dev = st.st_dev;
+        e.ino = st.st_ino;
+    }
     pthread_mutex_lock(&s_lock);
     /* An entry left for fd means its listener was closed where the shim
      * could not see it (raw syscall, dup2) and the number reused. */
-    uint64_t stale = s_take(fd);
-    size_t n = atomic_load(&s_ntracked);
-    if (n < SHIM_MAX_TRACKED) {
-        s_tracked[n] = (s_tracked_t) { .fd = fd, .handle = handle };
-        atomic_store(&s_ntracked, n + 1);
-        s_mark(fd, true);
-    }
-    if (stale)
-        s_report_closed(stale);
+    s_tracked_t stale;
+    bool have_stale = s_take(fd, &stale);
+    s_put(&e);
+    if (have_stale)
+        s_let_go(stale, fd);
     pthread_mutex_unlock(&s_lock);
 }
 
@@ -418,9 +511,9 @@ void rdzv_shim_agent_untrack(int fd)
     if (!s_marked(fd))
         return;
     pthread_mutex_lock(&s_lock);
-    uint64_t handle = s_take(fd);
-    if (handle)
-        s_report_closed(handle);
+    s_tracked_t e;
+    if (s_take(fd, &e))
+        s_report_closed(e.handle);
     pthread_mutex_unlock(&s_lock);
 }
 
@@ -432,11 +525,12 @@ int rdzv_shim_agent_close(int fd)
     /* The entry goes and the number is freed under the lock: a thread that
      * gets the number next and binds on it cannot be tracked in between. */
     pthread_mutex_lock(&s_lock);
-    uint64_t handle = s_take(fd);
+    s_tracked_t e;
+    bool tracked = s_take(fd, &e);
     int rc = real->close(fd);
     int saved = errno;
-    if (handle)
-        s_report_closed(handle);
+    if (tracked)
+        s_let_go(e, fd);
     pthread_mutex_unlock(&s_lock);
     errno = saved;
     return rc;

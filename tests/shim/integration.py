@@ -59,7 +59,8 @@ def outside_port():
 class Pod:
     """rdzvd + one agent (sidecar unless cmd is given) for one case."""
 
-    def __init__(self, opts, index, cmd=None, agent_args=(), before_agent=None):
+    def __init__(self, opts, index, cmd=None, agent_args=(), before_agent=None,
+                 agent_prefix=()):
         self.opts = opts
         self.base = BASE + SPAN * index
         self.limit = self.base + SPAN
@@ -77,7 +78,7 @@ class Pod:
         if before_agent:
             before_agent(self)
         self.agent_log = os.path.join(d, "agent.log")
-        argv = [opts.rdzv, "agent", "--server", self.endpoint, "--group", "g%d" % index,
+        argv = [*agent_prefix, opts.rdzv, "agent", "--server", self.endpoint, "--group", "g%d" % index,
                 "--world", "1", "--rank", "0", "--host", "127.0.0.1", "--node", "n",
                 "--socket", self.sock, "--port-range", "%d-%d" % (self.base, self.limit),
                 "--shim", opts.shim, "--heartbeat", "1", "--timeout", "20", *agent_args]

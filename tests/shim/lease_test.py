@@ -9,6 +9,7 @@ agent and shim (helpers from integration.py).
 Ranges from 26200 up, apart from integration.py's and the fault tests'.
 Exit 0 pass, 1 fail, 77 skip."""
 import argparse
+import os
 import socket
 import sys
 
@@ -82,12 +83,12 @@ print(json.dumps([reaches(socket.AF_INET6, "::1", %(p)d, v6),
     check(got == [True, True, eaddrinuse, eaddrinuse, True, True], "listeners: %s" % got)
 
 
-def case_dup_then_close(pod):
+def dup_then_close(pod, port):
     """A listener the process still holds through a dup() keeps listening
     after the original descriptor is closed, as without the shim; once the
     dup is closed too, the port takes a new listener."""
     got = pod.py_json("""
-import json, socket
+import json, os, socket
 def served(l):
     c = socket.create_connection(("127.0.0.1", %(p)d), timeout=2)
     l.settimeout(2); a, _ = l.accept(); a.close(); c.close(); return True
@@ -95,18 +96,48 @@ s = socket.create_server(("", %(p)d))
 s2 = s.dup(); s.close()
 on = s2.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)
 first = served(s2)
-s2.close()
+s3 = socket.socket(fileno=os.dup(s2.fileno())); s2.close()
+second = served(s3)
+s3.close()
 again = socket.create_server(("", %(p)d))
-print(json.dumps([on, first, served(again)]))
-""" % {"p": pod.plan[3]})
-    check(got == [1, True, True], "the dup after close(), then a new listener: %s" % got)
+print(json.dumps([on, first, second, served(again)]))
+""" % {"p": port})
+    check(got == [1, True, True, True], "the dups after close(), then a new listener: %s" % got)
+
+
+def case_dup_then_close(pod):
+    dup_then_close(pod, pod.plan[3])
+
+
+def case_dup_then_close_other_uid(pod):
+    """As dup_then_close, with the agent under a uid of its own (the
+    recommended setup), which may not look at the engine's /proc/PID/fd."""
+    dup_then_close(pod, pod.plan[4])
 
 
 CASES = {
     "asyncio_both_families": case_asyncio_both_families,
     "addresses_share_a_port": case_addresses_share_a_port,
     "dup_then_close": case_dup_then_close,
+    "dup_then_close_other_uid": case_dup_then_close_other_uid,
 }
+
+AGENT_UID = 65532
+
+
+def other_uid_agent(pod):
+    os.chown(pod.tmp.name, AGENT_UID, AGENT_UID)
+
+
+def pod_args(case):
+    """Extra Pod arguments of a case: the agent under AGENT_UID (needs root)."""
+    if not case.endswith("_other_uid"):
+        return {}
+    if os.geteuid() != 0:
+        raise integration.Skip("needs root to run the agent under another uid")
+    return {"before_agent": other_uid_agent,
+            "agent_prefix": ["setpriv", "--reuid=%d" % AGENT_UID, "--regid=%d" % AGENT_UID,
+                             "--clear-groups"]}
 
 
 def main():
@@ -121,7 +152,7 @@ def main():
         print("\n".join(CASES))
         return 0
     try:
-        pod = integration.Pod(opts, list(CASES).index(opts.case))
+        pod = integration.Pod(opts, list(CASES).index(opts.case), **pod_args(opts.case))
         try:
             CASES[opts.case](pod)
             pod.stop_agent()
