@@ -2,7 +2,6 @@
 #include "agent_reserve.h"
 #include "agent_proto.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <netinet/in.h>
@@ -27,9 +26,6 @@ typedef struct {
     int fd;                    /* the agent's duplicate of the listener */
     int port;
     rdzv_lease_where_t where;
-    pid_t pid;                 /* the process, as SO_PEERCRED saw it */
-    bool closed_once;          /* it closed the descriptor it was handed but
-                                  held the socket through another (a dup) */
 } s_handover_t;
 
 /* A socket passed for a probe, kept so that the agent sees when it starts
@@ -149,46 +145,6 @@ static void s_drop_handover(rdzv_agent_serve_t *self, size_t i)
     close(h->fd);
     rdzv_lease_unlisten_at(self->lease, h->port, &h->where);
     self->handovers[i] = self->handovers[--self->nhandovers];
-}
-
-/* 1 if process pid holds a descriptor of the socket that fd refers to, 0
- * if not, -1 if the agent may not look (/proc/PID/fd of another uid, or a
- * pid of another pid namespace). */
-static int s_process_holds(pid_t pid, int fd)
-{
-    struct stat st;
-    char dir[32], want[48], link[48];
-    if (pid <= 0 || fstat(fd, &st) < 0)
-        return -1;
-    snprintf(dir, sizeof dir, "/proc/%d/fd", (int) pid);
-    snprintf(want, sizeof want, "socket:[%lu]", (unsigned long) st.st_ino);
-    DIR *d = opendir(dir);
-    if (!d)
-        return -1;
-    int found = 0;
-    struct dirent *e;
-    while (!found && (e = readdir(d)) != NULL) {
-        ssize_t n = readlinkat(dirfd(d), e->d_name, link, sizeof link - 1);
-        if (n > 0) {
-            link[n] = '\0';
-            found = strcmp(link, want) == 0;
-        }
-    }
-    closedir(d);
-    return found;
-}
-
-/* Drops the listeners on port (every port: 0) whose process closed the
- * descriptor it was handed and no longer holds the socket otherwise. */
-static void s_sweep_closed(rdzv_agent_serve_t *self, int port)
-{
-    size_t i = self->nhandovers;
-    while (i-- > 0) {
-        const s_handover_t *h = &self->handovers[i];
-        if (h->closed_once && (port == 0 || h->port == port)
-            && s_process_holds(h->pid, h->fd) != 1)
-            s_drop_handover(self, i);
-    }
 }
 
 static bool s_listening(int fd)
@@ -335,7 +291,7 @@ static int s_send(int fd, const rdzv_agent_msg_t *msg, int pass_fd)
     return n == (ssize_t) sizeof *msg ? 0 : -1;
 }
 
-static int s_record_handover(rdzv_agent_serve_t *self, const s_conn_t *conn, int fd,
+static int s_record_handover(rdzv_agent_serve_t *self, uint64_t conn_id, int fd,
                              int port, const rdzv_lease_where_t *where,
                              uint64_t *handle_out)
 {
@@ -349,8 +305,8 @@ static int s_record_handover(rdzv_agent_serve_t *self, const s_conn_t *conn, int
     }
     *handle_out = self->next_id++;
     self->handovers[self->nhandovers++] = (s_handover_t) {
-        .handle = *handle_out, .conn_id = conn->id, .fd = fd, .port = port,
-        .where = *where, .pid = conn->pid };
+        .handle = *handle_out, .conn_id = conn_id, .fd = fd, .port = port,
+        .where = *where };
     return 0;
 }
 
@@ -428,8 +384,6 @@ static int s_handle_bind(rdzv_agent_serve_t *self, const s_conn_t *conn,
         return rep->status = EINVAL, -1;
     rdzv_lease_where_t where;
     s_request_where(req, &ss, &where);
-    if (req->kind == RDZV_BIND_LISTENER)
-        s_sweep_closed(self, port);
     int status = s_apply_rules(self, req, &port, &where);
     if (status != 0)
         return rep->status = status, -1;
@@ -438,7 +392,7 @@ static int s_handle_bind(rdzv_agent_serve_t *self, const s_conn_t *conn,
                                    req->flags & RDZV_AGENT_F_V6ONLY);
     if (fd >= 0 && req->kind == RDZV_BIND_LISTENER) {
         uint64_t handle = 0;
-        status = s_record_handover(self, conn, fd, port, &where, &handle);
+        status = s_record_handover(self, conn->id, fd, port, &where, &handle);
         rep->handle = handle;
         if (status != 0) {
             close(fd);
@@ -456,18 +410,12 @@ static int s_handle_bind(rdzv_agent_serve_t *self, const s_conn_t *conn,
 static void s_handle_close(rdzv_agent_serve_t *self, const s_conn_t *conn,
                            const rdzv_agent_msg_t *req)
 {
-    s_sweep_closed(self, 0);
     for (size_t i = 0; i < self->nhandovers; i++) {
-        s_handover_t *h = &self->handovers[i];
-        if (h->handle != req->handle || h->conn_id != conn->id)
-            continue;
-        /* A dup() of it still open in the process: the listener is still
-         * the process's, as it would be without the shim. */
-        if (s_process_holds(conn->pid, h->fd) == 1)
-            h->closed_once = true;
-        else
+        if (self->handovers[i].handle == req->handle
+            && self->handovers[i].conn_id == conn->id) {
             s_drop_handover(self, i);
-        return;
+            return;
+        }
     }
     for (size_t i = 0; i < self->nprobes; i++) {
         if (self->probes[i].handle == req->handle && self->probes[i].conn_id == conn->id) {
