@@ -156,6 +156,16 @@ static int64_t s_deadline(void)
     return s_now_ms() + s_wait_ms;
 }
 
+/* The end of a request on the connection in use. It carries the listeners
+ * handed over so far, and the agent ends them all (shutdown) when it goes:
+ * giving up on it early would take a stalled agent's slowness out on
+ * listeners the process holds. So it gets the protocol's whole reply
+ * timeout; RDZV_SHIM_AGENT_WAIT_MS bounds reconnecting. */
+static int64_t s_held_deadline(void)
+{
+    return s_now_ms() + RDZV_AGENT_REPLY_TIMEOUT_MS;
+}
+
 /* How long the next request may wait for its reply: what is left before
  * deadline, at least S_REPLY_MIN_MS, at most the protocol's timeout. */
 static int s_budget_ms(int64_t deadline)
@@ -361,7 +371,7 @@ int rdzv_shim_agent_bind(const rdzv_agent_msg_t *req, rdzv_agent_msg_t *rep, int
     if (s_state == S_LOST) {
         rc = s_reconnect(deadline) ? s_exchange(req, rep, fd_out, deadline) : -2;
     } else if (s_ensure()) {
-        rc = s_exchange(req, rep, fd_out, deadline);
+        rc = s_exchange(req, rep, fd_out, s_held_deadline());
         /* The connection may be to an agent that has since restarted. */
         if (rc < 0) {
             s_lose();
@@ -411,7 +421,8 @@ static void s_report_closed(uint64_t handle)
                              .op = RDZV_AGENT_OP_CLOSE, .handle = handle };
     rdzv_agent_msg_t rep;
     int passed = -1;
-    if (s_state == S_CONNECTED && s_pid == getpid() && s_exchange(&req, &rep, &passed, s_deadline()) < 0)
+    if (s_state == S_CONNECTED && s_pid == getpid()
+        && s_exchange(&req, &rep, &passed, s_held_deadline()) < 0)
         s_lose();
 }
 

@@ -668,8 +668,9 @@ def close_race_case(mode, port_offset=0):
 
 def case_stalled_agent(pod):
     """A stopped agent (alive, not answering): a managed bind fails with
-    EADDRINUSE within a few RDZV_SHIM_AGENT_WAIT_MS, and close() of a pipe
-    in another thread does not wait for it (shim_close_race stall)."""
+    EADDRINUSE within the reply timeout and a few RDZV_SHIM_AGENT_WAIT_MS,
+    and close() of a pipe in another thread does not wait for it
+    (shim_close_race stall)."""
     p = subprocess.Popen([pod.opts.close_race, "stall", str(pod.plan[0])],
                          env=pod.env(RDZV_SHIM_AGENT_WAIT_MS="2000"), stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -684,6 +685,38 @@ def case_stalled_agent(pod):
             p.kill()
             raise Fail("shim_close_race stall hung with the agent stopped")
         check(p.returncode == 0, "shim_close_race stall exited %d: %s" % (p.returncode, err))
+    finally:
+        pod.agent.send_signal(signal.SIGCONT)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def case_stalled_agent_resumes(pod):
+    """An agent stopped for 2 s while a managed bind waits, with
+    RDZV_SHIM_AGENT_WAIT_MS=500: the bind waits out the stop (the connection
+    carries the listeners handed over, so the shim does not give up on it
+    before the protocol's reply timeout), succeeds, and the listener held
+    from before still accepts (shim_close_race resume)."""
+    p = subprocess.Popen([pod.opts.close_race, "resume", str(pod.plan[0])],
+                         env=pod.env(RDZV_SHIM_AGENT_WAIT_MS="500"), stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        check(p.stdout.readline().strip() == "ready", "shim_close_race resume did not start")
+        pod.agent.send_signal(signal.SIGSTOP)
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        check(p.stdout.readline().strip() == "binding", "shim_close_race resume: no bind")
+        time.sleep(2)
+        pod.agent.send_signal(signal.SIGCONT)
+        p.stdin.write("cont\n")
+        p.stdin.flush()
+        try:
+            _, err = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            raise Fail("shim_close_race resume hung")
+        check(p.returncode == 0, "shim_close_race resume exited %d: %s" % (p.returncode, err))
     finally:
         pod.agent.send_signal(signal.SIGCONT)
         if p.poll() is None:
@@ -720,6 +753,7 @@ POD_CASES = {
     "close_race": close_race_case("race"),
     "close_stale_fd": close_race_case("stale", 4),
     "stalled_agent": case_stalled_agent,
+    "stalled_agent_resumes": case_stalled_agent_resumes,
 }
 OWN_CASES = {"cmd": case_cmd, "cmd_signal": case_cmd_signal,
              "group_deleted": case_group_deleted, "replan": case_replan,

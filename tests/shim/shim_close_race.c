@@ -11,8 +11,14 @@
  *   stall  with a listener held, waits for a line on stdin (the agent is
  *          stopped meanwhile), then binds PORT + 1 in a thread: the bind
  *          fails with EADDRINUSE within a few RDZV_SHIM_AGENT_WAIT_MS, and
- *          closing a pipe meanwhile does not wait for it. */
+ *          closing a pipe meanwhile does not wait for it.
+ *   resume with a listener held, waits for a line (the agent is stopped),
+ *          binds PORT + 1 in a thread, prints "binding" and waits for
+ *          another line (the agent runs again, well within the protocol's
+ *          reply timeout): the bind succeeds, and the listener held from
+ *          before still accepts. */
 #include <errno.h>
+#include <poll.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -24,6 +30,8 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "agent_proto.h"
 
 #define RACE_THREADS 4
 #define RACE_SECONDS 3
@@ -192,9 +200,63 @@ static int s_stall(int port)
                 strerror(b.err));
         bad = 1;
     }
-    if (took > (long) STALL_SLACK * wait_ms + 1000) {
+    if (took > RDZV_AGENT_REPLY_TIMEOUT_MS + (long) STALL_SLACK * wait_ms + 1000) {
         fprintf(stderr, "shim_close_race: the bind took %ld ms with a wait of %d ms\n", took,
                 wait_ms);
+        bad = 1;
+    }
+    close(held);
+    return bad;
+}
+
+/* Whether the listener fd still takes a connection to port. */
+static bool s_accepts(int fd, int port)
+{
+    if (!s_listening(fd))
+        return false;
+    struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port),
+                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    bool ok = c >= 0 && connect(c, (struct sockaddr *) &sin, sizeof sin) == 0;
+    /* Another socket of the port's SO_REUSEPORT group may have taken it:
+     * wait for ours a while rather than block in accept(). */
+    struct pollfd pfd = { .fd = fd, .events = POLLIN };
+    ok = ok && poll(&pfd, 1, 5000) == 1;
+    int a = ok ? accept(fd, NULL, NULL) : -1;
+    if (a >= 0)
+        close(a);
+    if (c >= 0)
+        close(c);
+    return a >= 0;
+}
+
+static int s_resume(int port)
+{
+    int held = s_listen(port);
+    if (held < 0)
+        return s_fail("listener");
+    printf("ready\n");
+    fflush(stdout);
+    char line[16];
+    if (!fgets(line, sizeof line, stdin))
+        return s_fail("stdin");
+    s_stall_bind_t b = { .port = port + 1 };
+    pthread_t t;
+    pthread_create(&t, NULL, s_stall_bind, &b);
+    printf("binding\n");
+    fflush(stdout);
+    if (!fgets(line, sizeof line, stdin))
+        return s_fail("stdin");
+    pthread_join(t, NULL);
+    int bad = 0;
+    if (b.rc < 0) {
+        fprintf(stderr, "shim_close_race: the bind failed (%s) though the agent came back\n",
+                strerror(b.err));
+        bad = 1;
+    }
+    if (!s_accepts(held, port)) {
+        fprintf(stderr, "shim_close_race: the listener held on %d stopped accepting: %s\n",
+                port, strerror(errno));
         bad = 1;
     }
     close(held);
@@ -204,7 +266,7 @@ static int s_stall(int port)
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: shim_close_race race|stale|stall PORT\n");
+        fprintf(stderr, "usage: shim_close_race race|stale|stall|resume PORT\n");
         return 2;
     }
     alarm(SELF_TIMEOUT_S);
@@ -215,6 +277,8 @@ int main(int argc, char **argv)
         return s_stale(port);
     if (strcmp(argv[1], "stall") == 0)
         return s_stall(port);
+    if (strcmp(argv[1], "resume") == 0)
+        return s_resume(port);
     fprintf(stderr, "shim_close_race: unknown mode %s\n", argv[1]);
     return 2;
 }
