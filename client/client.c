@@ -276,6 +276,8 @@ RDZV_EXPORT int rdzv_kv_put(rdzv_client_t *self, const char *group, int64_t epoc
     if (!value || strlen(value) > RDZV_MAX_VALUE)
         return s_fail(self, RDZV_ERR_USAGE, "value must be at most %d bytes",
                       RDZV_MAX_VALUE);
+    if (!rdzv_utf8_valid(value, strlen(value)))
+        return s_fail(self, RDZV_ERR_USAGE, "value must be UTF-8 text");
     cJSON *req = s_scoped("kv_put", group, epoch);
     req = s_built(req, req && cJSON_AddStringToObject(req, "key", key)
                            && cJSON_AddStringToObject(req, "value", value));

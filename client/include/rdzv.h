@@ -125,9 +125,9 @@ bool rdzv_heartbeat_stale(const rdzv_heartbeat_t *self);
 /* Heartbeats rdzvd has acknowledged. */
 uint64_t rdzv_heartbeat_count(const rdzv_heartbeat_t *self);
 
-/* KV scoped to group and epoch; values are byte strings up to 64 KiB that
- * must not contain NUL. *value_out is malloc'd, NUL-terminated, the
- * caller's to free. */
+/* KV scoped to group and epoch; values are UTF-8 text of up to 64 KiB
+ * without NUL (anything else is RDZV_ERR_USAGE; rdzvd refuses it too).
+ * *value_out is malloc'd, NUL-terminated, the caller's to free. */
 int rdzv_kv_put(rdzv_client_t *self, const char *group, int64_t epoch,
                 const char *key, const char *value);
 int rdzv_kv_get(rdzv_client_t *self, const char *group, int64_t epoch,

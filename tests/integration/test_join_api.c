@@ -219,6 +219,11 @@ START_TEST(test_kv_and_status)
     char err[256];
     rdzv_client_t *c = rdzv_client_new(server.endpoint, NULL, err, sizeof err);
     ck_assert_int_eq(rdzv_kv_put(c, "kv", 1, "answer", "42"), RDZV_OK);
+    /* Values are UTF-8 text (rdzvd refuses other bytes): Latin-1 is the
+     * caller's mistake, said before anything is sent. */
+    ck_assert_int_eq(rdzv_kv_put(c, "kv", 1, "latin1", "caf\xe9"), RDZV_ERR_USAGE);
+    ck_assert_ptr_nonnull(strstr(rdzv_client_error(c), "UTF-8"));
+    ck_assert_int_eq(rdzv_kv_put(c, "kv", 1, "utf8", "caf\xc3\xa9"), RDZV_OK);
     char *value = NULL;
     ck_assert_int_eq(rdzv_kv_wait(c, "kv", 1, "answer", 1000, &value), RDZV_OK);
     ck_assert_str_eq(value, "42");
