@@ -92,6 +92,8 @@ static int64_t s_now_ms(void)
     return (int64_t) now.tv_sec * 1000 + now.tv_nsec / 1000000;
 }
 
+#define S_TAKEN_RETRY_MS 500
+
 /* The first join retries what may pass before its timeout: rdzvd away
  * (io), and rank_taken, the waiter of a killed agent for this rank, which
  * rdzvd drops at that waiter's deadline. */
@@ -132,7 +134,11 @@ static int64_t s_join(rdzv_agent_control_t *self, rdzv_client_t *client, bool fi
         }
         taken = taken || (first && rc == RDZV_ERR_REFUSED);
         fprintf(stderr, "rdzv agent: join: %s; retrying\n", rdzv_client_error(client));
-        if (!s_wait(self, self->args.heartbeat_ms))
+        /* A taken rank comes free at the old waiter's deadline: look again
+         * soon, as rdzv join does, not a heartbeat later. */
+        int pause = taken && self->args.heartbeat_ms > S_TAKEN_RETRY_MS ? S_TAKEN_RETRY_MS
+                                                                        : self->args.heartbeat_ms;
+        if (!s_wait(self, pause))
             return -1;
     }
 }
