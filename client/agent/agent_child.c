@@ -114,6 +114,8 @@ pid_t rdzv_agent_child_spawn(char **cmd, char **env)
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     execvpe(cmd[0], cmd, env);
-    fprintf(stderr, "rdzv agent: cannot run %s: %s\n", cmd[0], strerror(errno));
-    _exit(127);
+    int e = errno;
+    fprintf(stderr, "rdzv agent: cannot run %s: %s\n", cmd[0], strerror(e));
+    /* The shell's convention, as rdzv join: 127 not found, 126 not runnable. */
+    _exit(e == ENOENT ? 127 : 126);
 }

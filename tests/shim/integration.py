@@ -505,6 +505,24 @@ def case_cmd(opts, index):
         pod.close()
 
 
+def case_cmd_not_runnable(opts, index):
+    """A CMD that exists but cannot be run: the agent exits 126 as rdzv
+    join does (127 is for one that cannot be found)."""
+    with tempfile.NamedTemporaryFile(prefix="rdzv-not-exec-", delete=False) as f:
+        f.write(b"#!/bin/sh\nexit 0\n")
+    os.chmod(f.name, 0o644)
+    try:
+        pod = Pod(opts, index, cmd=[f.name])
+        try:
+            pod.agent.communicate(timeout=WAIT_S)
+            check(pod.agent.returncode == 126, "agent exit %d for a CMD without x: %s"
+                  % (pod.agent.returncode, open(pod.agent_log).read()))
+        finally:
+            pod.close()
+    finally:
+        os.unlink(f.name)
+
+
 def case_cmd_signal(opts, index):
     """SIGTERM to the agent reaches CMD; the agent exits as CMD did (143)."""
     pod = Pod(opts, index, cmd=[PY, "-c", "import time; print('up', flush=True); time.sleep(60)"])
@@ -756,6 +774,7 @@ POD_CASES = {
     "stalled_agent_resumes": case_stalled_agent_resumes,
 }
 OWN_CASES = {"cmd": case_cmd, "cmd_signal": case_cmd_signal,
+             "cmd_not_runnable": case_cmd_not_runnable,
              "group_deleted": case_group_deleted, "replan": case_replan,
              "cmd_sighup": case_cmd_sighup, "sidecar_sigquit": case_sidecar_sigquit,
              "rank_taken": case_rank_taken}
