@@ -10,6 +10,7 @@
 
 /* How much of a refused value an error message echoes. */
 #define S_ECHO_MAX 64
+#define S_KEYS_ON_STACK 32
 
 typedef struct {
     const char *name;
@@ -255,7 +256,10 @@ static int s_keys_unique(s_ctx_t *c, const cJSON *object)
     int n = cJSON_GetArraySize(object);
     if (n < 2)
         return 0;
-    const char **names = malloc((size_t) n * sizeof *names);
+    /* A request has a dozen keys: no heap call for those (review: the
+     * check had taken a join's parse from 1.4 to 2.0 us). */
+    const char *small[S_KEYS_ON_STACK];
+    const char **names = n <= S_KEYS_ON_STACK ? small : malloc((size_t) n * sizeof *names);
     if (!names)
         return s_fail(c, RDZV_E_BAD_REQUEST, "%s", "out of memory checking keys");
     int i = 0;
@@ -267,7 +271,8 @@ static int s_keys_unique(s_ctx_t *c, const cJSON *object)
         if (strcmp(names[i - 1], names[i]) == 0)
             rc = s_fail(c, RDZV_E_BAD_REQUEST, "duplicate key \"%.*s\"",
                         (int) rdzv_utf8_prefix(names[i], S_ECHO_MAX), names[i]);
-    free(names);
+    if (names != small)
+        free(names);
     return rc;
 }
 

@@ -155,6 +155,32 @@ START_TEST(test_duplicate_key_message)
 }
 END_TEST
 
+/* An object with more keys than the check keeps on its stack: a repeat is
+ * still found, and unique keys still pass. */
+START_TEST(test_duplicate_key_many_keys)
+{
+    char json[2048];
+    for (int dup = 0; dup < 2; dup++) {
+        int n = snprintf(json, sizeof json, "{\"v\":1,\"id\":8,\"op\":\"status\",\"x\":{");
+        for (int i = 0; i < 40; i++)
+            n += snprintf(json + n, sizeof json - (size_t) n, "%s\"k%d\":%d", i ? "," : "",
+                          dup && i == 39 ? 5 : i, i);
+        snprintf(json + n, sizeof json - (size_t) n, "}}");
+        rdzv_request_t req;
+        const char *code;
+        char msg[128] = "";
+        int rc = rdzv_request_parse(json, strlen(json), 100, &req, &code, msg, sizeof msg);
+        if (dup) {
+            ck_assert_int_eq(rc, -1);
+            ck_assert_str_eq(msg, "duplicate key \"k5\"");
+        } else {
+            ck_assert_msg(rc == 0, "unique keys refused: %s", msg);
+            rdzv_request_clear(&req);
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_join_fields)
 {
     const char *json = "{\"v\":1,\"id\":42," JOIN_OK ",\"world\":8,\"rank\":5,\"timeout_ms\":1500,\"members\":false}";
@@ -258,6 +284,7 @@ int main(void)
     tcase_add_test(tc, test_escaped_backslash_kept);
     tcase_add_test(tc, test_unknown_op_echo_is_utf8);
     tcase_add_test(tc, test_duplicate_key_message);
+    tcase_add_test(tc, test_duplicate_key_many_keys);
     tcase_add_test(tc, test_join_fields);
     tcase_add_test(tc, test_error_keeps_id_and_oversize);
     tcase_add_test(tc, test_max_world_option);
