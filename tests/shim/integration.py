@@ -689,25 +689,11 @@ def case_stalled_agent(pod):
     EADDRINUSE within the reply timeout and a few RDZV_SHIM_AGENT_WAIT_MS,
     and close() of a pipe in another thread does not wait for it
     (shim_close_race stall)."""
-    p = subprocess.Popen([pod.opts.close_race, "stall", str(pod.plan[0])],
-                         env=pod.env(RDZV_SHIM_AGENT_WAIT_MS="2000"), stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        check(p.stdout.readline().strip() == "ready", "shim_close_race stall did not start")
+    def steps(p):
         pod.agent.send_signal(signal.SIGSTOP)
         p.stdin.write("go\n")
         p.stdin.flush()
-        try:
-            _, err = p.communicate(timeout=90)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            raise Fail("shim_close_race stall hung with the agent stopped")
-        check(p.returncode == 0, "shim_close_race stall exited %d: %s" % (p.returncode, err))
-    finally:
-        pod.agent.send_signal(signal.SIGCONT)
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    s_stall_run(pod, "stall", "2000", steps)
 
 
 def case_stalled_agent_resumes(pod):
@@ -716,11 +702,7 @@ def case_stalled_agent_resumes(pod):
     carries the listeners handed over, so the shim does not give up on it
     before the protocol's reply timeout), succeeds, and the listener held
     from before still accepts (shim_close_race resume)."""
-    p = subprocess.Popen([pod.opts.close_race, "resume", str(pod.plan[0])],
-                         env=pod.env(RDZV_SHIM_AGENT_WAIT_MS="500"), stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        check(p.stdout.readline().strip() == "ready", "shim_close_race resume did not start")
+    def steps(p):
         pod.agent.send_signal(signal.SIGSTOP)
         p.stdin.write("go\n")
         p.stdin.flush()
@@ -729,12 +711,24 @@ def case_stalled_agent_resumes(pod):
         pod.agent.send_signal(signal.SIGCONT)
         p.stdin.write("cont\n")
         p.stdin.flush()
+    s_stall_run(pod, "resume", "500", steps)
+
+
+def s_stall_run(pod, mode, wait_ms, steps):
+    """Runs shim_close_race MODE with a listener held, steps(p) once it is
+    ready; the agent runs again whatever happens."""
+    p = subprocess.Popen([pod.opts.close_race, mode, str(pod.plan[0])],
+                         env=pod.env(RDZV_SHIM_AGENT_WAIT_MS=wait_ms), stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        check(p.stdout.readline().strip() == "ready", "shim_close_race %s did not start" % mode)
+        steps(p)
         try:
-            _, err = p.communicate(timeout=60)
+            _, err = p.communicate(timeout=90)
         except subprocess.TimeoutExpired:
             p.kill()
-            raise Fail("shim_close_race resume hung")
-        check(p.returncode == 0, "shim_close_race resume exited %d: %s" % (p.returncode, err))
+            raise Fail("shim_close_race %s hung" % mode)
+        check(p.returncode == 0, "shim_close_race %s exited %d: %s" % (mode, p.returncode, err))
     finally:
         pod.agent.send_signal(signal.SIGCONT)
         if p.poll() is None:
