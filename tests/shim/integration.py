@@ -484,8 +484,10 @@ def case_cmd(opts, index):
     RDZV_AGENT_SOCKET; the agent exits with CMD's status; PATH.env and the
     socket exist while CMD runs."""
     code = ("import os, json; print(json.dumps({k: os.environ.get(k) for k in "
-            "('LD_PRELOAD','RDZV_AGENT_SOCKET','VLLM_PORT','RDZV_EPOCH','MASTER_PORT')}));"
+            "('LD_PRELOAD','RDZV_AGENT_SOCKET','VLLM_PORT','RDZV_EPOCH','MASTER_PORT',"
+            "'RDZV_SERVER')}));"
             "s=os.environ['RDZV_AGENT_SOCKET']; assert os.path.exists(s) and os.path.exists(s+'.env');"
+            "assert 'RDZV_SERVER=' + os.environ['RDZV_SERVER'] + chr(10) in open(s+'.env').read();"
             "raise SystemExit(7)")
     os.environ["LD_PRELOAD"] = "libfake-first.so"
     try:
@@ -500,6 +502,8 @@ def case_cmd(opts, index):
         check(env["LD_PRELOAD"] == opts.shim + ":libfake-first.so", "LD_PRELOAD %s" % env["LD_PRELOAD"])
         check(env["RDZV_AGENT_SOCKET"] == pod.sock and env["VLLM_PORT"] == str(pod.plan[0])
               and env["RDZV_EPOCH"] == "1", "CMD env: %s" % env)
+        check(env["RDZV_SERVER"] == pod.endpoint, "CMD's RDZV_SERVER: %s, not %s (the agent's "
+              "--server), so its own rdzv kv calls go elsewhere" % (env["RDZV_SERVER"], pod.endpoint))
         check(not os.path.exists(pod.sock), "the socket outlived the agent")
     finally:
         pod.close()
