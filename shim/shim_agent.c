@@ -53,6 +53,10 @@ static _Atomic bool s_off;       /* S_OFF, readable without the lock */
 static _Atomic int s_base, s_limit;
 static s_tracked_t s_tracked[SHIM_MAX_TRACKED];
 static _Atomic size_t s_ntracked;
+/* Entries moved to a dup (s_let_go), counted after the new fd is marked: a
+ * close() that took the unlocked path and sees this change under its feet
+ * may have closed the very fd an entry just moved to (rdzv_shim_agent_close). */
+static atomic_ulong s_moves;
 /* One bit per fd below S_FD_BITS that is in s_tracked, and a count of the
  * tracked ones above: close() reads them without the lock. Written under
  * s_lock only. */
@@ -489,8 +493,10 @@ static void s_let_go(s_tracked_t e, int gone)
             break;
         e.fd = other;
         s_put(&e);
-        /* Marked now, so a close() of other waits for the lock; if one came
-         * in before the mark, other no longer holds the socket. */
+        atomic_fetch_add(&s_moves, 1);
+        /* Marked now, so a close() of other waits for the lock; one that came
+         * in before the mark either closed other already (checked here) or
+         * sees s_moves change and checks again. */
         if (s_same_socket(other, &e))
             return;
         s_take(other, &e);
@@ -528,11 +534,39 @@ void rdzv_shim_agent_untrack(int fd)
     pthread_mutex_unlock(&s_lock);
 }
 
+/* Under s_lock: entries whose descriptor no longer holds their socket (an
+ * unlocked close() raced their move there) are let go. Entries without a
+ * recorded socket (fstat failed at tracking) cannot be checked. */
+static void s_recheck_moved(void)
+{
+    for (size_t i = 0; i < atomic_load(&s_ntracked);) {
+        s_tracked_t *t = &s_tracked[i];
+        if (t->ino == 0 || s_same_socket(t->fd, t)) {
+            i++;
+            continue;
+        }
+        s_tracked_t e;
+        int fd = t->fd;
+        s_take(fd, &e);
+        s_let_go(e, fd);
+    }
+}
+
 int rdzv_shim_agent_close(int fd)
 {
     const rdzv_shim_real_t *real = rdzv_shim_real();
-    if (!s_marked(fd))
-        return real->close(fd);
+    unsigned long moves = atomic_load(&s_moves);
+    if (!s_marked(fd)) {
+        int rc = real->close(fd);
+        if (atomic_load(&s_moves) != moves) {
+            int saved = errno;
+            pthread_mutex_lock(&s_lock);
+            s_recheck_moved();
+            pthread_mutex_unlock(&s_lock);
+            errno = saved;
+        }
+        return rc;
+    }
     /* The entry goes and the number is freed under the lock: a thread that
      * gets the number next and binds on it cannot be tracked in between. */
     pthread_mutex_lock(&s_lock);

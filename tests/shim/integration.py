@@ -768,6 +768,7 @@ POD_CASES = {
     "new_engine_epoch": case_new_engine_epoch,
     "close_race": close_race_case("race"),
     "close_stale_fd": close_race_case("stale", 4),
+    "close_dup_pair": close_race_case("pair"),
     "stalled_agent": case_stalled_agent,
     "stalled_agent_resumes": case_stalled_agent_resumes,
 }

@@ -12,6 +12,10 @@
  *          stopped meanwhile), then binds PORT + 1 in a thread: the bind
  *          fails with EADDRINUSE within a few RDZV_SHIM_AGENT_WAIT_MS, and
  *          closing a pipe meanwhile does not wait for it.
+ *   pair   a listener and its dup() closed by two threads at once, over
+ *          and over, with a third thread opening and closing pipes: after
+ *          both closes the port must refuse connections (the agent heard
+ *          CLOSE) and take the next bind.
  *   resume with a listener held, waits for a line (the agent is stopped),
  *          binds PORT + 1 in a thread, prints "binding" and waits for
  *          another line (the agent runs again, well within the protocol's
@@ -123,6 +127,88 @@ static int s_race(int port)
     if (atomic_load(&s_shut_down) || atomic_load(&s_in_use) || atomic_load(&s_rounds) == 0)
         bad = 1;
     return bad;
+}
+
+static pthread_barrier_t s_pair_go;
+static atomic_int s_pair_fds[2];
+
+/* Closes its side of the pair each round, released with the other side. */
+static void *s_pair_closer(void *arg)
+{
+    int side = (int) (long) arg;
+    for (;;) {
+        pthread_barrier_wait(&s_pair_go);
+        int fd = atomic_load(&s_pair_fds[side]);
+        if (fd < 0)
+            return NULL;
+        close(fd);
+        pthread_barrier_wait(&s_pair_go);
+    }
+}
+
+/* Pipes opened and closed without a break: unlocked close()s beside the
+ * pair's, and fd numbers reused at once. */
+static void *s_pair_churn(void *arg)
+{
+    (void) arg;
+    while (!atomic_load(&s_stop)) {
+        int p[2];
+        if (pipe(p) == 0) {
+            close(p[0]);
+            close(p[1]);
+        }
+    }
+    return NULL;
+}
+
+/* Whether something still listens on port (a connect succeeds). */
+static bool s_port_answers(int port)
+{
+    struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port),
+                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    bool answers = c >= 0 && connect(c, (struct sockaddr *) &sin, sizeof sin) == 0;
+    if (c >= 0)
+        close(c);
+    return answers;
+}
+
+static int s_pair(int port)
+{
+    pthread_barrier_init(&s_pair_go, NULL, 3);
+    pthread_t closers[2], churn;
+    for (long side = 0; side < 2; side++)
+        pthread_create(&closers[side], NULL, s_pair_closer, (void *) side);
+    pthread_create(&churn, NULL, s_pair_churn, NULL);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long rounds = 0, leaked = 0, refused = 0;
+    while (s_ms_since(&t0) < RACE_SECONDS * 1000L) {
+        int fd = s_listen(port);
+        if (fd < 0) {
+            refused++;
+            break;
+        }
+        atomic_store(&s_pair_fds[0], fd);
+        atomic_store(&s_pair_fds[1], dup(fd));
+        pthread_barrier_wait(&s_pair_go);       /* both close */
+        pthread_barrier_wait(&s_pair_go);       /* both closed */
+        rounds++;
+        if (s_port_answers(port)) {
+            leaked++;
+            break;
+        }
+    }
+    atomic_store(&s_pair_fds[0], -1);
+    atomic_store(&s_pair_fds[1], -1);
+    pthread_barrier_wait(&s_pair_go);
+    atomic_store(&s_stop, true);
+    for (int side = 0; side < 2; side++)
+        pthread_join(closers[side], NULL);
+    pthread_join(churn, NULL);
+    fprintf(stderr, "shim_close_race: %ld pair rounds, %ld still answering after both closes, "
+            "%ld binds refused\n", rounds, leaked, refused);
+    return leaked || refused || rounds == 0;
 }
 
 static int s_stale(int port)
@@ -266,7 +352,7 @@ static int s_resume(int port)
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: shim_close_race race|stale|stall|resume PORT\n");
+        fprintf(stderr, "usage: shim_close_race race|stale|stall|resume|pair PORT\n");
         return 2;
     }
     alarm(SELF_TIMEOUT_S);
@@ -279,6 +365,8 @@ int main(int argc, char **argv)
         return s_stall(port);
     if (strcmp(argv[1], "resume") == 0)
         return s_resume(port);
+    if (strcmp(argv[1], "pair") == 0)
+        return s_pair(port);
     fprintf(stderr, "shim_close_race: unknown mode %s\n", argv[1]);
     return 2;
 }
