@@ -31,6 +31,7 @@ typedef enum { S_UNKNOWN = 0, S_CONNECTED, S_OFF, S_LOST } s_state_t;
 #define S_AGENT_WAIT_MS 10000
 #define S_RETRY_MS 50
 #define S_REPLY_MIN_MS 100
+#define S_BACKLOG_RETRY_US 1000
 #define S_SPIN_NS 200000L
 #define S_DENTS_BYTES 4096
 
@@ -267,9 +268,16 @@ static int s_connect(int64_t deadline)
     struct sockaddr_un sun = { .sun_family = AF_UNIX };
     strcpy(sun.sun_path, s_path);
     int rc;
-    do
+    /* Non-blocking, a unix connect() to a full backlog fails with EAGAIN at
+     * once: a busy agent (many processes of an engine starting together)
+     * is not a missing one, so try again until the deadline. */
+    for (;;) {
         rc = connect(s_fd, (struct sockaddr *) &sun, sizeof sun);
-    while (rc < 0 && errno == EINTR);
+        if (rc == 0 || (errno != EINTR && errno != EAGAIN) || s_now_ms() >= deadline)
+            break;
+        if (errno == EAGAIN)
+            usleep(S_BACKLOG_RETRY_US);
+    }
     rdzv_agent_msg_t req = { .magic = RDZV_AGENT_MAGIC, .version = RDZV_AGENT_VERSION,
                              .op = RDZV_AGENT_OP_HELLO };
     rdzv_agent_msg_t rep;
