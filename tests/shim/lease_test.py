@@ -11,6 +11,7 @@ Exit 0 pass, 1 fail, 77 skip."""
 import argparse
 import os
 import socket
+import subprocess
 import sys
 
 import integration
@@ -129,15 +130,20 @@ def other_uid_agent(pod):
     os.chown(pod.tmp.name, AGENT_UID, AGENT_UID)
 
 
-def pod_args(case):
-    """Extra Pod arguments of a case: the agent under AGENT_UID (needs root)."""
+def pod_args(case, opts):
+    """Extra Pod arguments of a case: the agent under AGENT_UID (needs root,
+    and a build the other uid can reach: a checkout under a private
+    directory, such as a mktemp -d clone, is not)."""
     if not case.endswith("_other_uid"):
         return {}
     if os.geteuid() != 0:
         raise integration.Skip("needs root to run the agent under another uid")
-    return {"before_agent": other_uid_agent,
-            "agent_prefix": ["setpriv", "--reuid=%d" % AGENT_UID, "--regid=%d" % AGENT_UID,
-                             "--clear-groups"]}
+    prefix = ["setpriv", "--reuid=%d" % AGENT_UID, "--regid=%d" % AGENT_UID, "--clear-groups"]
+    if subprocess.run(prefix + [opts.rdzv, "--help"], stdout=subprocess.DEVNULL,
+                      stderr=subprocess.DEVNULL).returncode != 0:
+        raise integration.Skip("uid %d cannot run %s (a private directory above it)"
+                               % (AGENT_UID, opts.rdzv))
+    return {"before_agent": other_uid_agent, "agent_prefix": prefix}
 
 
 def main():
@@ -152,7 +158,7 @@ def main():
         print("\n".join(CASES))
         return 0
     try:
-        pod = integration.Pod(opts, list(CASES).index(opts.case), **pod_args(opts.case))
+        pod = integration.Pod(opts, list(CASES).index(opts.case), **pod_args(opts.case, opts))
         try:
             CASES[opts.case](pod)
             pod.stop_agent()
