@@ -161,16 +161,26 @@ static void *s_pair_churn(void *arg)
     return NULL;
 }
 
-/* Whether something still listens on port (a connect succeeds). */
-static bool s_port_answers(int port)
+/* A socket connected to 127.0.0.1:port, or -1. */
+static int s_connect_loopback(int port)
 {
     struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port),
                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
     int c = socket(AF_INET, SOCK_STREAM, 0);
-    bool answers = c >= 0 && connect(c, (struct sockaddr *) &sin, sizeof sin) == 0;
+    if (c >= 0 && connect(c, (struct sockaddr *) &sin, sizeof sin) < 0) {
+        close(c);
+        c = -1;
+    }
+    return c;
+}
+
+/* Whether something still listens on port (a connect succeeds). */
+static bool s_port_answers(int port)
+{
+    int c = s_connect_loopback(port);
     if (c >= 0)
         close(c);
-    return answers;
+    return c >= 0;
 }
 
 static int s_pair(int port)
@@ -250,18 +260,33 @@ static void *s_stall_bind(void *arg)
     return NULL;
 }
 
+/* Holds a listener on port, says "ready" and waits for the go line (the
+ * agent is stopped meanwhile): the listener, or -1. */
+static int s_hold_then_go(int port)
+{
+    int held = s_listen(port);
+    if (held < 0) {
+        s_fail("listener");
+        return -1;
+    }
+    printf("ready\n");
+    fflush(stdout);
+    char line[16];
+    if (!fgets(line, sizeof line, stdin)) {
+        s_fail("stdin");
+        close(held);
+        return -1;
+    }
+    return held;
+}
+
 static int s_stall(int port)
 {
     const char *env = getenv("RDZV_SHIM_AGENT_WAIT_MS");
     int wait_ms = env && *env ? atoi(env) : STALL_WAIT_MS_DEFAULT;
-    int held = s_listen(port);
+    int held = s_hold_then_go(port);
     if (held < 0)
-        return s_fail("listener");
-    printf("ready\n");
-    fflush(stdout);
-    char line[16];
-    if (!fgets(line, sizeof line, stdin))
-        return s_fail("stdin");
+        return 1;
     s_stall_bind_t b = { .port = port + 1 };
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -300,15 +325,11 @@ static bool s_accepts(int fd, int port)
 {
     if (!s_listening(fd))
         return false;
-    struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port),
-                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    int c = socket(AF_INET, SOCK_STREAM, 0);
-    bool ok = c >= 0 && connect(c, (struct sockaddr *) &sin, sizeof sin) == 0;
+    int c = s_connect_loopback(port);
     /* Another socket of the port's SO_REUSEPORT group may have taken it:
      * wait for ours a while rather than block in accept(). */
     struct pollfd pfd = { .fd = fd, .events = POLLIN };
-    ok = ok && poll(&pfd, 1, 5000) == 1;
-    int a = ok ? accept(fd, NULL, NULL) : -1;
+    int a = c >= 0 && poll(&pfd, 1, 5000) == 1 ? accept(fd, NULL, NULL) : -1;
     if (a >= 0)
         close(a);
     if (c >= 0)
@@ -318,19 +339,15 @@ static bool s_accepts(int fd, int port)
 
 static int s_resume(int port)
 {
-    int held = s_listen(port);
+    int held = s_hold_then_go(port);
     if (held < 0)
-        return s_fail("listener");
-    printf("ready\n");
-    fflush(stdout);
-    char line[16];
-    if (!fgets(line, sizeof line, stdin))
-        return s_fail("stdin");
+        return 1;
     s_stall_bind_t b = { .port = port + 1 };
     pthread_t t;
     pthread_create(&t, NULL, s_stall_bind, &b);
     printf("binding\n");
     fflush(stdout);
+    char line[16];
     if (!fgets(line, sizeof line, stdin))
         return s_fail("stdin");
     pthread_join(t, NULL);
