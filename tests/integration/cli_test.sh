@@ -76,15 +76,20 @@ check "world mismatch exits 4 naming the code" "[ $? = 4 ] && grep -q world_mism
 check "a group that never completes exits 3 with rdzvd's own timeout reply" \
     "[ $? = 3 ] && grep -q '1 of 2 ranks joined epoch 1 before the deadline' $dir/e3"
 
+# Until rdzvd shows rank 0 of group $1 joined (5 s at most).
+wait_rank0() {
+    i=0
+    until "$RDZV" status --group "$1" 2>/dev/null | grep -q '"joined":\[0\]' || [ $i -ge 250 ]; do
+        sleep 0.02; i=$((i + 1))
+    done
+}
+
 # A killed join does not block its restart: rank_taken is retried until
 # --timeout (the dead session's join waits in rdzvd for its 2 s first).
 "$RDZV" join --group rt2 --world 2 --rank 0 --node n --host 127.0.0.1 --timeout 2 \
     >/dev/null 2>&1 &
 old=$!
-i=0
-until "$RDZV" status --group rt2 2>/dev/null | grep -q '"joined":\[0\]' || [ $i -ge 250 ]; do
-    sleep 0.02; i=$((i + 1))
-done
+wait_rank0 rt2
 kill -9 $old; wait $old 2>/dev/null
 "$RDZV" join --group rt2 --world 2 --rank 0 --node n --host 127.0.0.1 --timeout 10 \
     >"$dir/rt0.out" 2>"$dir/rt0.err" &
@@ -97,10 +102,7 @@ check "a restarted join retries rank_taken, saying so, and joins" \
 "$RDZV" join --group rt3 --world 2 --rank 0 --node n --host 127.0.0.1 --timeout 3 \
     >/dev/null 2>&1 &
 old=$!
-i=0
-until "$RDZV" status --group rt3 2>/dev/null | grep -q '"joined":\[0\]' || [ $i -ge 250 ]; do
-    sleep 0.02; i=$((i + 1))
-done
+wait_rank0 rt3
 "$RDZV" join --group rt3 --world 2 --rank 0 --node n --host 127.0.0.1 --timeout 1 2>"$dir/rt3.err"
 check "rank_taken past --timeout still exits 4" "[ $? = 4 ] && grep -q rank_taken $dir/rt3.err"
 kill $old; wait $old 2>/dev/null
