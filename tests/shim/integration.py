@@ -793,26 +793,35 @@ def main():
         print("\n".join(CASES))
         return 0
     index = CASES.index(opts.case)
+    if opts.case in OWN_CASES:
+        return verdict(opts.case, lambda: OWN_CASES[opts.case](opts, index))
+    return verdict(opts.case, lambda: run_pod_case(opts, index, POD_CASES[opts.case]))
+
+
+def run_pod_case(opts, index, case, **pod_args):
+    """case(pod) in a fresh Pod; the agent's log on failure."""
+    pod = Pod(opts, index, **pod_args)
     try:
-        if opts.case in OWN_CASES:
-            OWN_CASES[opts.case](opts, index)
-        else:
-            pod = Pod(opts, index)
-            try:
-                POD_CASES[opts.case](pod)
-                pod.stop_agent()
-            except Fail:
-                sys.stderr.write("--- agent log ---\n" + open(pod.agent_log).read())
-                raise
-            finally:
-                pod.close()
+        case(pod)
+        pod.stop_agent()
+    except Fail:
+        sys.stderr.write("--- agent log ---\n" + open(pod.agent_log).read())
+        raise
+    finally:
+        pod.close()
+
+
+def verdict(name, run):
+    """Runs run(); PASS (0), SKIP (77, meson's skip) or FAIL (1) for name."""
+    try:
+        run()
     except Skip as e:
         print("SKIP:", e)
         return 77
     except Fail as e:
-        print("FAIL %s: %s" % (opts.case, e))
+        print("FAIL %s: %s" % (name, e))
         return 1
-    print("PASS", opts.case)
+    print("PASS", name)
     return 0
 
 

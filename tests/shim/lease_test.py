@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 import integration
-from integration import Fail, check
+from integration import check
 
 integration.BASE = 26200
 
@@ -157,25 +157,9 @@ def main():
     if opts.case == "list":
         print("\n".join(CASES))
         return 0
-    try:
-        pod = integration.Pod(opts, list(CASES).index(opts.case), **pod_args(opts.case, opts))
-        try:
-            CASES[opts.case](pod)
-            pod.stop_agent()
-        except Fail:
-            sys.stderr.write("--- agent log ---\n" + open(pod.agent_log).read())
-            raise
-        finally:
-            pod.close()
-    except integration.Skip as e:
-        print("SKIP:", e)
-        return 77
-    except Fail as e:
-        print("FAIL %s: %s" % (opts.case, e))
-        return 1
-    print("PASS", opts.case)
-    return 0
-
+    index = list(CASES).index(opts.case)
+    return integration.verdict(opts.case, lambda: integration.run_pod_case(
+        opts, index, CASES[opts.case], **pod_args(opts.case, opts)))
 
 if __name__ == "__main__":
     sys.exit(main())
