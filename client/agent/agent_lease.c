@@ -210,18 +210,6 @@ void rdzv_lease_unlisten_at(rdzv_lease_t *self, int port, const rdzv_lease_where
         slot->state = RDZV_PORT_LEASED;
 }
 
-static const rdzv_lease_where_t s_everywhere = { .family = AF_INET6, .v6only = false };
-
-int rdzv_lease_listen(rdzv_lease_t *self, int port, bool reuseport)
-{
-    return rdzv_lease_listen_at(self, port, &s_everywhere, reuseport);
-}
-
-void rdzv_lease_unlisten(rdzv_lease_t *self, int port)
-{
-    rdzv_lease_unlisten_at(self, port, &s_everywhere);
-}
-
 void rdzv_lease_reset(rdzv_lease_t *self)
 {
     for (size_t i = 0; i < self->nslots; i++) {

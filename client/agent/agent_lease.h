@@ -61,10 +61,6 @@ int rdzv_lease_listen_at(rdzv_lease_t *self, int port, const rdzv_lease_where_t 
 /* The listener at where on port went away; the port stays leased to the
  * Pod. */
 void rdzv_lease_unlisten_at(rdzv_lease_t *self, int port, const rdzv_lease_where_t *where);
-/* rdzv_lease_listen_at() and _unlisten_at() on dual-stack [::], which
- * overlaps every other listener on the port. */
-int rdzv_lease_listen(rdzv_lease_t *self, int port, bool reuseport);
-void rdzv_lease_unlisten(rdzv_lease_t *self, int port);
 /* The engine has gone: every port of the plan is FREE again. */
 void rdzv_lease_reset(rdzv_lease_t *self);
 

@@ -6,6 +6,22 @@
 #include <check.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+
+/* Listeners on dual-stack [::], which overlaps every other one on a port:
+ * these tests are about the plan and the lease's states, not addresses
+ * (test_lease_where.c). */
+static const rdzv_lease_where_t s_everywhere = { .family = AF_INET6, .v6only = false };
+
+static int s_listen(rdzv_lease_t *lease, int port, bool reuseport)
+{
+    return rdzv_lease_listen_at(lease, port, &s_everywhere, reuseport);
+}
+
+static void s_unlisten(rdzv_lease_t *lease, int port)
+{
+    rdzv_lease_unlisten_at(lease, port, &s_everywhere);
+}
 
 #define BASE 20000
 #define LIMIT 20016
@@ -63,10 +79,10 @@ START_TEST(test_foreign_and_outside)
 {
     ck_assert_int_eq(rdzv_lease_state(s_lease, 20010), RDZV_PORT_FOREIGN);
     ck_assert_int_eq(rdzv_lease_probe(s_lease, 20010), EADDRINUSE);
-    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20010, false), EADDRINUSE);
+    ck_assert_int_eq(s_listen(s_lease, 20010, false), EADDRINUSE);
     ck_assert_int_eq(rdzv_lease_state(s_lease, LIMIT), RDZV_PORT_OUTSIDE);
     ck_assert_int_eq(rdzv_lease_probe(s_lease, LIMIT), EINVAL);
-    ck_assert_int_eq(rdzv_lease_listen(s_lease, BASE - 1, true), EINVAL);
+    ck_assert_int_eq(s_listen(s_lease, BASE - 1, true), EINVAL);
 }
 END_TEST
 
@@ -76,7 +92,7 @@ START_TEST(test_probe_any_and_exhaustion)
     ck_assert_int_eq(rdzv_lease_probe(s_lease, 20000), 0);
     ck_assert_int_eq(rdzv_lease_probe_any(s_lease, &port), 0);
     ck_assert_int_eq(port, 20001);
-    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20002, false), 0);
+    ck_assert_int_eq(s_listen(s_lease, 20002, false), 0);
     ck_assert_int_eq(rdzv_lease_probe_any(s_lease, &port), 0);
     ck_assert_int_eq(port, 20003);
     ck_assert_int_eq(rdzv_lease_probe_any(s_lease, &port), EADDRINUSE);
@@ -89,34 +105,34 @@ START_TEST(test_listener_after_probe)
 {
     /* vLLM: a probe leases the port, the listener binds it seconds later. */
     ck_assert_int_eq(rdzv_lease_probe(s_lease, 20002), 0);
-    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20002, false), 0);
+    ck_assert_int_eq(s_listen(s_lease, 20002, false), 0);
     ck_assert_int_eq(rdzv_lease_state(s_lease, 20002), RDZV_PORT_TAKEN);
-    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20002, false), EADDRINUSE);
+    ck_assert_int_eq(s_listen(s_lease, 20002, false), EADDRINUSE);
     ck_assert_int_eq(rdzv_lease_probe(s_lease, 20002), EADDRINUSE);
 }
 END_TEST
 
 START_TEST(test_reuseport_listeners_share)
 {
-    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20000, true), 0);
-    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20000, true), 0);
-    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20000, false), EADDRINUSE);
-    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20001, false), 0);
-    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20001, true), EADDRINUSE);
-    rdzv_lease_unlisten(s_lease, 20000);
+    ck_assert_int_eq(s_listen(s_lease, 20000, true), 0);
+    ck_assert_int_eq(s_listen(s_lease, 20000, true), 0);
+    ck_assert_int_eq(s_listen(s_lease, 20000, false), EADDRINUSE);
+    ck_assert_int_eq(s_listen(s_lease, 20001, false), 0);
+    ck_assert_int_eq(s_listen(s_lease, 20001, true), EADDRINUSE);
+    s_unlisten(s_lease, 20000);
     ck_assert_int_eq(rdzv_lease_state(s_lease, 20000), RDZV_PORT_TAKEN);
-    rdzv_lease_unlisten(s_lease, 20000);
+    s_unlisten(s_lease, 20000);
     ck_assert_int_eq(rdzv_lease_state(s_lease, 20000), RDZV_PORT_LEASED);
 }
 END_TEST
 
 START_TEST(test_close_keeps_the_lease)
 {
-    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20003, false), 0);
-    rdzv_lease_unlisten(s_lease, 20003);
+    ck_assert_int_eq(s_listen(s_lease, 20003, false), 0);
+    s_unlisten(s_lease, 20003);
     ck_assert_int_eq(rdzv_lease_state(s_lease, 20003), RDZV_PORT_LEASED);
     ck_assert_int_eq(rdzv_lease_probe(s_lease, 20003), EADDRINUSE);
-    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20003, false), 0);
+    ck_assert_int_eq(s_listen(s_lease, 20003, false), 0);
 }
 END_TEST
 
@@ -126,11 +142,11 @@ START_TEST(test_unprobe_and_reset)
     rdzv_lease_unprobe(s_lease, 20000);
     ck_assert_int_eq(rdzv_lease_state(s_lease, 20000), RDZV_PORT_FREE);
     ck_assert_int_eq(rdzv_lease_probe(s_lease, 20000), 0);
-    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20001, false), 0);
+    ck_assert_int_eq(s_listen(s_lease, 20001, false), 0);
     rdzv_lease_reset(s_lease);
     for (int i = 0; i < 4; i++)
         ck_assert_int_eq(rdzv_lease_state(s_lease, s_plan[i]), RDZV_PORT_FREE);
-    ck_assert_int_eq(rdzv_lease_listen(s_lease, 20001, false), 0);
+    ck_assert_int_eq(s_listen(s_lease, 20001, false), 0);
 }
 END_TEST
 
