@@ -43,6 +43,10 @@ int cli_getopt(const char *cmd, int argc, char **argv, const char *optstring,
 
 /* flag if given, else the environment variable, else fallback. */
 const char *cli_value(const char *flag, const char *env_name, const char *fallback);
+/* The assignment's KEY=VALUE lines plus RDZV_SERVER=server, what rdzv join
+ * and rdzv agent give CMD: its own rdzv calls (rdzv kv) then reach the
+ * rdzvd the rank joined through. malloc'd; NULL out of memory. */
+char *cli_assignment_env(const rdzv_assignment_t *asg, const char *server);
 
 /* Prints "rdzv CMD: <message>" and a hint to --help; returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...)

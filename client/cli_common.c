@@ -109,3 +109,12 @@ int cli_result(const char *cmd, const rdzv_client_t *client, int rc)
         return CLI_EXIT_ERROR;
     }
 }
+
+char *cli_assignment_env(const rdzv_assignment_t *asg, const char *server)
+{
+    char *assigned = rdzv_assignment_env(asg), *env = NULL;
+    if (assigned && asprintf(&env, "%sRDZV_SERVER=%s\n", assigned, server) < 0)
+        env = NULL;
+    free(assigned);
+    return env;
+}

@@ -226,24 +226,12 @@ static int s_run_child(char *env, char **argv)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-/* The assignment's KEY=VALUE lines plus RDZV_SERVER, so that CMD's own rdzv
- * calls (rdzv kv) reach the server this join used. NULL: no memory. */
-static char *s_env_text(const rdzv_assignment_t *asg, const char *server)
-{
-    char *assigned = rdzv_assignment_env(asg);
-    char *env = NULL;
-    if (assigned && asprintf(&env, "%sRDZV_SERVER=%s\n", assigned, server) < 0)
-        env = NULL;
-    free(assigned);
-    return env;
-}
-
 /* What to do with the assignment: print it, or run cmd with it (as a child
  * when keep_roots: this process hosts rank 0's NCCL roots). */
 static int s_deliver(rdzv_assignment_t **asg_p, const char *server, bool env_format,
                      char **cmd, bool keep_roots)
 {
-    char *env = s_env_text(*asg_p, server);
+    char *env = cli_assignment_env(*asg_p, server);
     int rc = CLI_EXIT_OK;
     if (!env) {
         fprintf(stderr, "rdzv %s: out of memory\n", S_CMD);

@@ -6,6 +6,7 @@
 #include "agent_proto.h"
 #include "agent_reserve.h"
 #include "agent_serve.h"
+#include "cli.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -64,20 +65,9 @@ static void s_read_range(s_agent_t *self, const rdzv_assignment_t *a)
     cJSON_Delete(root);
 }
 
-/* The assignment's KEY=VALUE lines plus RDZV_SERVER, as rdzv join gives
- * them: the engine's own rdzv kv calls then reach the same rdzvd. */
-static char *s_env_text(const s_agent_t *self, const rdzv_assignment_t *a)
-{
-    char *assigned = rdzv_assignment_env(a), *text = NULL;
-    if (assigned && asprintf(&text, "%sRDZV_SERVER=%s\n", assigned, self->opts.server) < 0)
-        text = NULL;
-    free(assigned);
-    return text;
-}
-
 static int s_write_env_file(s_agent_t *self, const rdzv_assignment_t *a)
 {
-    char *text = s_env_text(self, a);
+    char *text = cli_assignment_env(a, self->opts.server);
     size_t len = strlen(self->env_path) + 16;
     char *tmp = malloc(len);
     if (!text || !tmp) {
@@ -137,7 +127,7 @@ static const char *s_shim_path(const rdzv_agent_opts_t *opts)
 
 static void s_start_child(s_agent_t *self, const rdzv_assignment_t *a)
 {
-    char *text = s_env_text(self, a);
+    char *text = cli_assignment_env(a, self->opts.server);
     rdzv_agent_child_env_t spec = {
         .assignment_env = text ? text : "", .shim_path = s_shim_path(&self->opts),
         .socket_path = self->opts.socket_path,
