@@ -215,19 +215,28 @@ static int s_only_whitespace_after(s_ctx_t *c, const char *end, const char *fram
 }
 
 /* cJSON decodes "\u0000" (and copies a raw NUL) into a C string, where it
- * silently cuts the value short: "a\u0000b" would name group "a". The frame
- * parsed, so a backslash can only start an escape inside a string; skipping
- * the escaped character keeps "\\u0000" (a literal backslash) allowed. */
-static int s_no_nul(s_ctx_t *c, const char *frame, const char *end)
+ * silently cuts the value short: "a\u0000b" would name group "a". It also
+ * takes any byte below 0x20 as whitespace and copies raw ones inside strings,
+ * where JSON allows neither (RFC 8259: only space, tab, LF and CR between
+ * tokens; control characters in strings escaped). The frame parsed, so one
+ * walk that tracks quotes and escapes tells strings from the rest. */
+static int s_plain_text(s_ctx_t *c, const char *frame, const char *end)
 {
-    if (memchr(frame, '\0', (size_t) (end - frame)))
-        return s_fail(c, RDZV_E_BAD_REQUEST, "%s", "request holds a NUL byte");
-    for (const char *p = frame; p + 1 < end; p++) {
-        if (*p != '\\')
-            continue;
-        if (p[1] == 'u' && end - p >= 6 && memcmp(p + 2, "0000", 4) == 0)
-            return s_fail(c, RDZV_E_BAD_REQUEST, "%s", "request holds a \\u0000 escape");
-        p++;
+    bool in_string = false;
+    for (const char *p = frame; p < end; p++) {
+        unsigned char ch = (unsigned char) *p;
+        if (ch == '\0')
+            return s_fail(c, RDZV_E_BAD_REQUEST, "%s", "request holds a NUL byte");
+        if (ch < 0x20 && (in_string || (ch != '\t' && ch != '\n' && ch != '\r')))
+            return s_fail(c, RDZV_E_BAD_JSON, "request holds a raw control character 0x%02x",
+                          ch);
+        if (ch == '"') {
+            in_string = !in_string;
+        } else if (ch == '\\' && p + 1 < end) {
+            if (p[1] == 'u' && end - p >= 6 && memcmp(p + 2, "0000", 4) == 0)
+                return s_fail(c, RDZV_E_BAD_REQUEST, "%s", "request holds a \\u0000 escape");
+            p++;
+        }
     }
     return 0;
 }
@@ -289,7 +298,7 @@ static int s_no_duplicate_keys(s_ctx_t *c, const cJSON *node)
 
 static int s_check_frame(s_ctx_t *c, const char *frame, size_t len, const char *end)
 {
-    if (s_only_whitespace_after(c, end, frame + len) < 0 || s_no_nul(c, frame, end) < 0
+    if (s_only_whitespace_after(c, end, frame + len) < 0 || s_plain_text(c, frame, end) < 0
         || s_utf8(c, frame, len) < 0)
         return -1;
     return s_no_duplicate_keys(c, c->root);

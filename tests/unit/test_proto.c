@@ -64,6 +64,15 @@ static const s_case_t s_cases[] = {
     { "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":\"\\\\\\u0000\"}", RDZV_E_BAD_REQUEST },
     { "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":\"\\u00001\"}", RDZV_E_BAD_REQUEST },
     { "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":\"\\u0001\\u1000\"}", NULL },
+    /* Control characters: escaped in strings, and only space, tab, LF and
+     * CR between tokens (cJSON alone takes any byte below 0x20 for both). */
+    { "\t{\"v\":1,\r\n\"op\":\"status\"}", NULL },
+    { "\x01{\"v\":1,\"op\":\"status\"}", RDZV_E_BAD_JSON },
+    { "{\"v\":1,\x0b\"op\":\"status\"}", RDZV_E_BAD_JSON },
+    { "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":\"a\x01" "b\"}", RDZV_E_BAD_JSON },
+    { "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":\"a\nb\"}", RDZV_E_BAD_JSON },
+    { "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":\"a\\\\\\\"\\nb\"}", NULL },
+    { "{\"v\":1,\"op\":\"status\",\"x\\\"\t\":1}", RDZV_E_BAD_JSON },
     /* Strings must be well-formed UTF-8, raw or escaped. */
     { "{\"v\":1," JOIN_OK ",\"world\":4,\"rank\":3,\"x\":\"caf\xc3\xa9 \\ud83d\\ude00\"}", NULL },
     { "{\"v\":1,\"op\":\"join\",\"group\":\"g\",\"host\":\"h\xff\",\"node\":\"n\",\"session\":\"s\",\"world\":1,\"rank\":0}", RDZV_E_BAD_REQUEST },
