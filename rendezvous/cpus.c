@@ -101,19 +101,3 @@ unsigned long long rdzv_io_affinity(int shard, int shards, int io_threads)
         mask |= 1ULL << t;
     return mask;
 }
-
-unsigned long long rdzv_listener_affinity(int listener, int listeners, int shards,
-                                          int io_threads)
-{
-    if (listener < 0 || listener >= listeners || shards < 1)
-        return 0;
-    int shard = listener % shards;
-    unsigned long long mask = rdzv_io_affinity(shard, shards, io_threads);
-    int threads = __builtin_popcountll(mask);
-    int own = (listeners - shard + shards - 1) / shards;    /* the shard's listeners */
-    if (threads == 0 || own < threads)
-        return mask;
-    for (int k = (listener / shards) % threads; k > 0; k--)
-        mask &= mask - 1;                 /* drop the lowest thread */
-    return mask & -mask;
-}

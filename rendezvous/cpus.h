@@ -15,15 +15,4 @@ int rdzv_cpus_from_cpu_max(const char *text);
  * connections live on threads of their own. */
 unsigned long long rdzv_io_affinity(int shard, int shards, int io_threads);
 
-/* The ZMQ_AFFINITY mask for listener j of listeners, which serves shard
- * j % shards: one thread of the shard's, taken in turn by the shard's
- * listeners; the shard's whole mask where it has fewer listeners than
- * threads, so that no thread is left without connections. Within a mask of
- * several threads libzmq gives each accepted connection to the least loaded
- * one, but counts a connection only once that thread has taken it over, so
- * a connect burst puts 3-8 times as many on one as on another; a thread per
- * listener leaves the split to SO_REUSEPORT's hash. 0 when out of range. */
-unsigned long long rdzv_listener_affinity(int listener, int listeners, int shards,
-                                          int io_threads);
-
 #endif

@@ -54,8 +54,7 @@ static void s_usage(FILE *out)
         "                           SO_REUSEPORT listener of the port (default: half the\n"
         "                           CPUs, 2 to 8; 1 for endpoints other than tcp://ADDR:PORT)\n"
         "  --listeners N            SO_REUSEPORT listeners of the port, dealt to the shards\n"
-        "                           (default: 8, or the shards or I/O threads if more; at\n"
-        "                           least --shards)\n"
+        "                           (default: 8, or the shards if more; at least --shards)\n"
         "  --io-threads N           ZeroMQ I/O threads (default: twice the shards, at most\n"
         "                           the CPUs)\n"
         "  --log-format text|json   one line per event, as text or a JSON object\n"
@@ -327,18 +326,12 @@ int main(int argc, char **argv)
     o.cfg.group_token = token;
     int cpus = rdzv_cpus_usable();
     int shards = o.shards ? o.shards : s_default_shards(bind, cpus);
+    /* Listeners hold the connect burst (each queue is capped by somaxconn):
+     * at 16384 ranks here 2 listeners overflowed 634-2485 times, 8 never. */
+    int listeners = o.listeners ? o.listeners
+                    : !rdzv_listen_shardable(bind) ? 1 : shards > 8 ? shards : 8;
     int io_threads = o.io_threads ? o.io_threads
                      : 2 * shards < cpus ? 2 * shards : cpus;
-    /* Listeners hold the connect burst (each queue is capped by somaxconn):
-     * at 16384 ranks here 2 listeners overflowed 634-2485 times, 8 never.
-     * And one listener per I/O thread at least, so that every thread gets
-     * its share of the connections (cpus.h). */
-    int listeners = o.listeners ? o.listeners : !rdzv_listen_shardable(bind) ? 1 : 8;
-    if (!o.listeners && listeners > 1) {
-        int want = shards > io_threads ? shards : io_threads;
-        if (want > listeners)
-            listeners = want > RDZV_MAX_LISTENERS ? RDZV_MAX_LISTENERS : want;
-    }
     zsys_set_io_threads((size_t) io_threads);
     /* Up before the replay: /healthz answers and /readyz says 503 meanwhile. */
     rdzv_http_t *http = NULL;

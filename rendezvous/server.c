@@ -77,15 +77,11 @@ static int s_bind(rdzv_server_t *self, const char *endpoint, char *err, size_t e
     int n = self->listeners, fds[RDZV_MAX_LISTENERS];
     if (rdzv_listen_group(endpoint, n, fds, err, errlen) < 0)
         return -1;
-    int io_threads = zmq_ctx_get(zsys_init(), ZMQ_IO_THREADS);
     for (int i = 0; i < n; i++) {
         zsock_t *router = self->shards[i % self->count].router;
         void *sock = zsock_resolve(router);
         /* libzmq takes the listening socket as it is and closes it later;
-         * a ROUTER may hold several. A listener's connections all go to
-         * the I/O thread the affinity names at its bind (cpus.h). */
-        uint64_t affinity = rdzv_listener_affinity(i, n, self->count, io_threads);
-        zmq_setsockopt(sock, ZMQ_AFFINITY, &affinity, sizeof affinity);
+         * a ROUTER may hold several. */
         zmq_setsockopt(sock, ZMQ_USE_FD, &fds[i], sizeof fds[i]);
         if (zsock_bind(router, "%s", endpoint) < 0) {
             snprintf(err, errlen, "cannot serve %s: %s", endpoint, zmq_strerror(zmq_errno()));

@@ -4,9 +4,8 @@ whose ranks came in on different shards answered in full (replies cross from
 the shard that completed the group to the shards owning the connections),
 /metrics counting requests per shard, a second rdzvd on the same port
 refused instead of silently splitting the clients, clients that chose their
-own ROUTER identities (up to 255 bytes) answered, connections spread evenly
-over the I/O threads, and --shards with an endpoint that cannot be sharded
-refused. TAP. Needs RDZVD and RDZV."""
+own ROUTER identities (up to 255 bytes) answered, and --shards with an
+endpoint that cannot be sharded refused. TAP. Needs RDZVD and RDZV."""
 import json
 import os
 import shutil
@@ -136,87 +135,6 @@ def own_identities(endpoint):
         ctx.term()
 
 
-def listener_inodes(port):
-    """Socket inodes of the LISTEN sockets on 127.0.0.1:port."""
-    with open("/proc/net/tcp") as f:
-        rows = [line.split() for line in f.readlines()[1:]]
-    return {r[9] for r in rows if r[3] == "0A" and r[1] == "0100007F:%04X" % port}
-
-
-def epoll_sets(pid, listening):
-    """(entries, listeners among them) of each epoll set the process holds:
-    libzmq has one per I/O thread, holding its mailbox, its listeners and
-    its connections; czmq's and libzmq's other threads hold one entry."""
-    sets = []
-    for fd in os.listdir("/proc/%d/fdinfo" % pid):
-        try:
-            with open("/proc/%d/fdinfo/%s" % (pid, fd)) as f:
-                targets = [line.split()[1] for line in f if line.startswith("tfd:")]
-        except OSError:
-            continue
-        if len(targets) < 2:
-            continue
-        held = 0
-        for t in targets:
-            try:
-                link = os.readlink("/proc/%d/fd/%s" % (pid, t))
-            except OSError:
-                continue
-            held += link.startswith("socket:[") and link[8:-1] in listening
-        sets.append((len(targets), held))
-    return sorted(sets)
-
-
-def io_spread(rdzvd, tmp, conns=200):
-    """rdzvd --shards 2 --io-threads 4; conns DEALERs each answered once.
-    Each thread must serve listeners of its own and hold its share of the
-    connections: libzmq alone, choosing the least loaded of a shard's two
-    threads for each, put 3-8 times as many connections on one as on the
-    other in a 1024-rank burst. None without pyzmq."""
-    try:
-        import zmq
-    except ImportError:
-        return None, "no pyzmq"
-    epfile = os.path.join(tmp, "endpoint-spread")
-    proc = subprocess.Popen([rdzvd, "--bind", "tcp://127.0.0.1:0", "--shards", "2",
-                             "--io-threads", "4", "--endpoint-file", epfile, "--state-dir",
-                             os.path.join(tmp, "state-spread"), "--no-nccl"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    ctx = zmq.Context()
-    socks = []
-    try:
-        if not wait_file(epfile, proc):
-            return False, "rdzvd did not start"
-        with open(epfile) as f:
-            endpoint = f.read().strip()
-        for i in range(conns):
-            s = ctx.socket(zmq.DEALER)
-            s.setsockopt(zmq.LINGER, 0)
-            s.connect(endpoint)
-            s.send_string(json.dumps({"v": 1, "id": i, "op": "status"}))
-            socks.append(s)
-        deadline = time.time() + 30
-        for s in socks:
-            if not s.poll(max(0, int((deadline - time.time()) * 1000))):
-                return False, "a status went unanswered"
-            s.recv()
-        # 8 listeners by default, dealt 2 to each thread: a thread's
-        # connections are its set less its mailbox and its listeners.
-        port = int(endpoint.rsplit(":", 1)[1])
-        sets = epoll_sets(proc.pid, listener_inodes(port))
-        held = [h for _, h in sets]
-        threads = [n - 1 - h for n, h in sets]
-        ok = (held == [2, 2, 2, 2] and sum(threads) == conns
-              and max(threads) <= 2 * min(threads))
-        return ok, "listeners %s and connections %s per I/O thread" % (held, threads)
-    finally:
-        for s in socks:
-            s.close()
-        ctx.term()
-        proc.terminate()
-        proc.wait(timeout=20)
-
-
 def wait_file(path, proc, seconds=20):
     deadline = time.time() + seconds
     while not os.path.exists(path) and proc.poll() is None and time.time() < deadline:
@@ -272,9 +190,6 @@ def main():
         own = own_identities(endpoint)
         checks.append(("clients with their own identities of 5, 16, 17 and 255 bytes answered"
                        + (" # SKIP no pyzmq" if own is None else ""), own is not False))
-        spread, why = io_spread(rdzvd, tmp.name)
-        checks.append(("connections spread over the I/O threads (%s)" % why
-                       + (" # SKIP" if spread is None else ""), spread is not False))
         status = subprocess.run([rdzv, "status", "--server", endpoint, "--group", "g"],
                                 capture_output=True, text=True, timeout=20)
         checks.append(("the first rdzvd still serves", status.returncode == 0

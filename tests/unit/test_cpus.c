@@ -48,49 +48,6 @@ START_TEST(test_io_affinity)
 }
 END_TEST
 
-START_TEST(test_listener_affinity)
-{
-    /* 8 shards, 16 threads, 16 listeners: one thread each, of its own
-     * shard's, every thread once. */
-    unsigned long long all = 0;
-    for (int j = 0; j < 16; j++) {
-        unsigned long long m = rdzv_listener_affinity(j, 16, 8, 16);
-        ck_assert_int_eq(__builtin_popcountll(m), 1);
-        ck_assert_uint_eq(m & rdzv_io_affinity(j % 8, 8, 16), m);
-        ck_assert_uint_eq(all & m, 0);
-        all |= m;
-    }
-    ck_assert_uint_eq(all, 0xffff);
-    /* 2 shards, 4 threads, 8 listeners: each thread serves two. */
-    int per[4] = { 0 };
-    for (int j = 0; j < 8; j++) {
-        unsigned long long m = rdzv_listener_affinity(j, 8, 2, 4);
-        ck_assert_int_eq(__builtin_popcountll(m), 1);
-        ck_assert_uint_eq(m & rdzv_io_affinity(j % 2, 2, 4), m);
-        per[__builtin_ctzll(m)]++;
-    }
-    for (int t = 0; t < 4; t++)
-        ck_assert_int_eq(per[t], 2);
-    /* Uneven, 3 shards of 7 threads {0,3,6} {1,4} {2,5}, 7 listeners:
-     * shard 0 has 3 listeners for its 3 threads, the others 2 for 2. */
-    all = 0;
-    for (int j = 0; j < 7; j++)
-        all |= rdzv_listener_affinity(j, 7, 3, 7);
-    ck_assert_uint_eq(all, 0x7f);
-    ck_assert_uint_eq(rdzv_listener_affinity(6, 7, 3, 7), 0x40);
-    /* Fewer listeners than a shard's threads: the shard's whole mask. */
-    ck_assert_uint_eq(rdzv_listener_affinity(0, 1, 1, 2), 0x3);
-    ck_assert_uint_eq(rdzv_listener_affinity(1, 3, 2, 4), 0xa);
-    ck_assert_uint_eq(rdzv_listener_affinity(0, 3, 2, 4), 0x1);
-    /* Fewer threads than shards: shared threads, as the shards have. */
-    ck_assert_uint_eq(rdzv_listener_affinity(2, 8, 3, 2), 0x1);
-    /* Out of range. */
-    ck_assert_uint_eq(rdzv_listener_affinity(-1, 8, 2, 4), 0);
-    ck_assert_uint_eq(rdzv_listener_affinity(8, 8, 2, 4), 0);
-    ck_assert_uint_eq(rdzv_listener_affinity(0, 8, 0, 4), 0);
-}
-END_TEST
-
 START_TEST(test_usable_within_affinity)
 {
     cpu_set_t set;
@@ -117,7 +74,6 @@ int main(void)
     TCase *tc = tcase_create("cpus");
     tcase_add_test(tc, test_cpu_max);
     tcase_add_test(tc, test_io_affinity);
-    tcase_add_test(tc, test_listener_affinity);
     tcase_add_test(tc, test_usable_within_affinity);
     suite_add_tcase(s, tc);
     return rdzv_check_run(s);
