@@ -19,7 +19,7 @@ done
 mkdir -p "$out/lib" "$out/tree/tests/bench" "$out/tree/shim" "$out/tree/rendezvous" "$out/tree/client"
 cp "$build/rendezvous/rdzvd" "$build/tests/bench/rdzv-bench" "$build/client/rdzv" \
    "$build/shim/librdzv_shim.so" "$build/tests/bench/rdzv-shim-bench" "$out/"
-cp "$here/compare.py" "$here/shim_bench.py" "$here/release_trace.py" "$out/"
+cp "$here/compare.py" "$here/shim_bench.py" "$here/release_trace.py" "$here/io_spread.sh" "$out/"
 cp "$build/tests/bench/rdzv-shim-bench" "$out/tree/tests/bench/"
 cp "$build/shim/librdzv_shim.so" "$out/tree/shim/"
 
