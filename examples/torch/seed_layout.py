@@ -29,7 +29,9 @@ count goes on).
 With --hold S it waits up to S seconds after a successful start for a new
 epoch (rdzv: RDZV_EPOCH in the agent's env file changes; bare: the number in
 DIR/epoch changes), then aborts its communicators and starts again from the
-new assignment. One JSON line per start on stdout; exit 0 when all passed.
+new assignment. A surviving DP master keeps its store (and port) across
+epochs, as torch cannot close one; each epoch's keys have a prefix of
+their own. One JSON line per start on stdout; exit 0 when all passed.
 """
 
 import argparse
@@ -112,6 +114,7 @@ class Engine:
         self.ids_given = []          # this process's cumulative shim ID list
         self.pgs = []
         self.stores = []
+        self.dp_server = None        # (address, port), TCPStore: the DP master's
 
     # --- the assignment -------------------------------------------------
     def epoch_now(self):
@@ -166,14 +169,11 @@ class Engine:
 
         t = time.time()
         master = self.ep_rank == 0
-        dp = dist.TCPStore(asg["dp_addr"], asg["dp_port"], None, master, timeout,
-                           wait_for_workers=False)
-        self.stores.append(dp)
+        base = self.dp_store(asg, master, timeout)
         if master:
-            dp.set("owner", run)
-        dp.wait(["owner"], timeout)
-        if dp.get("owner").decode() != run:
-            raise StartError("wrong_peer", "DP store belongs to %s" % dp.get("owner"))
+            base.set("owner", run)
+        self.wait_owner(base, run, timeout)
+        dp = dist.PrefixStore(run + "/", base)
         tm["dp_store_ms"] = (time.time() - t) * 1e3
 
         t = time.time()
@@ -220,6 +220,38 @@ class Engine:
         tm["start_ms"] = (time.time() - t_begin) * 1e3
         res.update({k: round(v, 1) for k, v in tm.items()})
         return res
+
+    def dp_store(self, asg, master, timeout):
+        """The DP store: the master's server lives as long as the process.
+        A new epoch keeps the master's address and port unless the master
+        Pod itself restarted, and the old server still holds that port
+        (torch has no way to close it, and the communicators built on it may
+        keep it alive past their abort), so a surviving master must not
+        bind it again; each epoch's keys live under the epoch's prefix."""
+        where = (asg["dp_addr"], asg["dp_port"])
+        if master and self.dp_server and self.dp_server[0] == where:
+            return self.dp_server[1]
+        store = dist.TCPStore(where[0], where[1], None, master, timeout,
+                              wait_for_workers=False)
+        if master:
+            self.dp_server = (where, store)
+        else:
+            self.stores.append(store)
+        return store
+
+    def wait_owner(self, store, run, timeout):
+        """The store's owner must be this start's epoch. A surviving master
+        may still name the epoch before for a moment; anything else is a
+        stranger's store on our port."""
+        deadline = time.time() + timeout.total_seconds()
+        while True:
+            store.wait(["owner"], timeout)
+            owner = store.get("owner").decode()
+            if owner == run:
+                return
+            if not owner.startswith(self.a.run + "-e") or time.time() > deadline:
+                raise StartError("wrong_peer", "DP store belongs to %s" % owner)
+            time.sleep(0.05)
 
     def check(self, pg, rank, world, name):
         n, bad = self.a.count, []
