@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/close_range.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -560,12 +561,27 @@ static void s_recheck_moved(void)
     }
 }
 
-int rdzv_shim_agent_close(int fd)
+/* Under s_lock, after a call that was to free e's number (close(), or a
+ * dup onto it) and returned rc: if the number still holds e's socket (the
+ * call failed, or put a dup of the same socket there) the entry stays, else
+ * it is let go. Entries without a recorded socket trust rc. */
+static void s_settle(s_tracked_t e, int rc)
 {
-    const rdzv_shim_real_t *real = rdzv_shim_real();
+    if (e.ino ? s_same_socket(e.fd, &e) : rc < 0)
+        s_put(&e);
+    else
+        s_let_go(e, e.fd);
+}
+
+/* The call freeing number fd (close(), dup2(), dup3()) as libc makes it,
+ * errno as libc leaves it. */
+typedef int (*s_free_fn)(int fd, const int *args);
+
+static int s_release(int fd, s_free_fn call, const int *args)
+{
     unsigned long moves = atomic_load(&s_moves);
     if (!s_marked(fd)) {
-        int rc = real->close(fd);
+        int rc = call(fd, args);
         if (atomic_load(&s_moves) != moves) {
             int saved = errno;
             pthread_mutex_lock(&s_lock);
@@ -580,10 +596,72 @@ int rdzv_shim_agent_close(int fd)
     pthread_mutex_lock(&s_lock);
     s_tracked_t e;
     bool tracked = s_take(fd, &e);
-    int rc = real->close(fd);
+    int rc = call(fd, args);
     int saved = errno;
     if (tracked)
-        s_let_go(e, fd);
+        s_settle(e, rc);
+    pthread_mutex_unlock(&s_lock);
+    errno = saved;
+    return rc;
+}
+
+static int s_call_close(int fd, const int *args)
+{
+    (void) args;
+    return rdzv_shim_real()->close(fd);
+}
+
+/* args: the source descriptor, then dup3's flags (-1: dup2). */
+static int s_call_dup(int fd, const int *args)
+{
+    const rdzv_shim_real_t *real = rdzv_shim_real();
+    return args[1] < 0 ? real->dup2(args[0], fd) : real->dup3(args[0], fd, args[1]);
+}
+
+int rdzv_shim_agent_close(int fd)
+{
+    return s_release(fd, s_call_close, NULL);
+}
+
+int rdzv_shim_agent_dup(int from, int to, int flags)
+{
+    /* dup2(fd, fd) closes nothing, and dup3 refuses it. */
+    if (from == to)
+        return flags < 0 ? rdzv_shim_real()->dup2(from, to) : rdzv_shim_real()->dup3(from, to, flags);
+    int args[2] = { from, flags };
+    return s_release(to, s_call_dup, args);
+}
+
+int rdzv_shim_agent_close_range(unsigned int first, unsigned int last, int flags)
+{
+    const rdzv_shim_real_t *real = rdzv_shim_real();
+    unsigned long moves = atomic_load(&s_moves);
+    /* CLOSE_RANGE_CLOEXEC only marks them; nothing is closed now. */
+    if ((flags & CLOSE_RANGE_CLOEXEC) || atomic_load(&s_ntracked) == 0) {
+        int rc = real->close_range(first, last, flags);
+        if (!(flags & CLOSE_RANGE_CLOEXEC) && atomic_load(&s_moves) != moves) {
+            int saved = errno;
+            pthread_mutex_lock(&s_lock);
+            s_recheck_moved();
+            pthread_mutex_unlock(&s_lock);
+            errno = saved;
+        }
+        return rc;
+    }
+    pthread_mutex_lock(&s_lock);
+    s_tracked_t gone[SHIM_MAX_TRACKED];
+    size_t n = 0;
+    for (size_t i = 0; i < atomic_load(&s_ntracked);) {
+        unsigned int fd = (unsigned int) s_tracked[i].fd;
+        if (fd >= first && fd <= last)
+            s_take(s_tracked[i].fd, &gone[n++]);
+        else
+            i++;
+    }
+    int rc = real->close_range(first, last, flags);
+    int saved = errno;
+    for (size_t i = 0; i < n; i++)
+        s_settle(gone[i], rc);
     pthread_mutex_unlock(&s_lock);
     errno = saved;
     return rc;

@@ -36,5 +36,12 @@ void rdzv_shim_agent_untrack(int fd);
  * hand-over, the entry goes and the number is freed under the lock, then
  * the agent is told (one round trip). An untracked fd takes no lock. */
 int rdzv_shim_agent_close(int fd);
+/* dup2(from, to) (flags -1) or dup3(from, to, flags) through libc: to is
+ * freed as by close() first, when it held a hand-over. */
+int rdzv_shim_agent_dup(int from, int to, int flags);
+/* close_range() through libc (the system call before glibc 2.34): every
+ * hand-over in [first, last] is let go as by close(), unless the flags
+ * only mark them close-on-exec. */
+int rdzv_shim_agent_close_range(unsigned int first, unsigned int last, int flags);
 
 #endif

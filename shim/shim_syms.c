@@ -1,11 +1,13 @@
 #include "shim_syms.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdbool.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static rdzv_shim_real_t s_real;
@@ -16,14 +18,22 @@ typedef union {
     void *obj;
     rdzv_shim_bind_fn bind;
     rdzv_shim_close_fn close;
+    rdzv_shim_dup2_fn dup2;
+    rdzv_shim_dup3_fn dup3;
+    rdzv_shim_close_range_fn close_range;
 } s_sym_t;
+
+static bool s_is_shim(void *obj)
+{
+    Dl_info next, mine;
+    return dladdr(obj, &next) && dladdr((void *) &s_real, &mine)
+           && next.dli_fbase == mine.dli_fbase;
+}
 
 static s_sym_t s_lookup(const char *name)
 {
     s_sym_t sym = { .obj = dlsym(RTLD_NEXT, name) };
-    Dl_info next, mine;
-    bool is_shim = sym.obj && dladdr(sym.obj, &next) && dladdr((void *) &s_real, &mine)
-                   && next.dli_fbase == mine.dli_fbase;
+    bool is_shim = sym.obj && s_is_shim(sym.obj);
     if (!sym.obj || is_shim) {
         char msg[160];
         int n = snprintf(msg, sizeof msg, "librdzv_shim: cannot find the real %s(): %s\n",
@@ -35,10 +45,27 @@ static s_sym_t s_lookup(const char *name)
     return sym;
 }
 
+/* A C library older than close_range() (glibc 2.34): the system call. */
+static int s_sys_close_range(unsigned int first, unsigned int last, int flags)
+{
+#ifdef SYS_close_range
+    return (int) syscall(SYS_close_range, first, last, flags);
+#else
+    (void) first, (void) last, (void) flags;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
 static void s_resolve(void)
 {
     s_real.bind = s_lookup("bind").bind;
     s_real.close = s_lookup("close").close;
+    s_real.dup2 = s_lookup("dup2").dup2;
+    s_real.dup3 = s_lookup("dup3").dup3;
+    s_sym_t range = { .obj = dlsym(RTLD_NEXT, "close_range") };
+    s_real.close_range = range.obj && !s_is_shim(range.obj) ? range.close_range
+                                                            : s_sys_close_range;
 }
 
 const rdzv_shim_real_t *rdzv_shim_real(void)

@@ -8,14 +8,22 @@
  * wrapper has to match its prototype exactly. */
 typedef int (*rdzv_shim_bind_fn)(int, __CONST_SOCKADDR_ARG, socklen_t);
 typedef int (*rdzv_shim_close_fn)(int);
+typedef int (*rdzv_shim_dup2_fn)(int, int);
+typedef int (*rdzv_shim_dup3_fn)(int, int, int);
+typedef int (*rdzv_shim_close_range_fn)(unsigned int, unsigned int, int);
 
 typedef struct {
     rdzv_shim_bind_fn bind;
     rdzv_shim_close_fn close;
+    rdzv_shim_dup2_fn dup2;
+    rdzv_shim_dup3_fn dup3;
+    /* glibc 2.34 and later; before, the system call itself. */
+    rdzv_shim_close_range_fn close_range;
 } rdzv_shim_real_t;
 
 /* Resolves the symbols on first use (dlsym(RTLD_NEXT) under pthread_once)
- * and aborts, saying why, when one is missing or is the shim's own. */
+ * and aborts, saying why, when one is missing or is the shim's own
+ * (close_range may be missing: the system call stands in). */
 const rdzv_shim_real_t *rdzv_shim_real(void);
 
 #endif

@@ -1,5 +1,7 @@
-/* The exported wrappers: bind() and close(). Everything that is not a TCP
- * bind on the managed range (or a port-0 probe) goes to libc at once. */
+/* The exported wrappers: bind(), and close(), dup2(), dup3() and
+ * close_range(), which may free a descriptor holding a handed-over
+ * listener. Everything that is not a TCP bind on the managed range (or a
+ * port-0 probe), or does not free such a descriptor, goes to libc at once. */
 #include "shim_agent.h"
 #include "shim_rules.h"
 #include "shim_syms.h"
@@ -17,6 +19,9 @@
 
 RDZV_SHIM_EXPORT int bind(int fd, __CONST_SOCKADDR_ARG arg, socklen_t len);
 RDZV_SHIM_EXPORT int close(int fd);
+RDZV_SHIM_EXPORT int dup2(int from, int to);
+RDZV_SHIM_EXPORT int dup3(int from, int to, int flags);
+RDZV_SHIM_EXPORT int close_range(unsigned int first, unsigned int last, int flags);
 
 /* Set while the shim itself is at work in this thread: no recursion. */
 static __thread int s_busy;
@@ -142,7 +147,7 @@ static int s_install(int fd, int passed, int family)
     s_copy_options(fd, passed, family);
     if (fcntl(passed, F_SETFL, fl) < 0)
         return errno;
-    if (dup3(passed, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0) < 0)
+    if (rdzv_shim_real()->dup3(passed, fd, (fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0) < 0)
         return errno;
     return 0;
 }
@@ -248,6 +253,36 @@ int close(int fd)
         return rdzv_shim_real()->close(fd);
     s_busy = 1;
     int rc = rdzv_shim_agent_close(fd);
+    s_busy = 0;
+    return rc;
+}
+
+int dup2(int from, int to)
+{
+    if (s_busy)
+        return rdzv_shim_real()->dup2(from, to);
+    s_busy = 1;
+    int rc = rdzv_shim_agent_dup(from, to, -1);
+    s_busy = 0;
+    return rc;
+}
+
+int dup3(int from, int to, int flags)
+{
+    if (s_busy || flags < 0)
+        return rdzv_shim_real()->dup3(from, to, flags);
+    s_busy = 1;
+    int rc = rdzv_shim_agent_dup(from, to, flags);
+    s_busy = 0;
+    return rc;
+}
+
+int close_range(unsigned int first, unsigned int last, int flags)
+{
+    if (s_busy)
+        return rdzv_shim_real()->close_range(first, last, flags);
+    s_busy = 1;
+    int rc = rdzv_shim_agent_close_range(first, last, flags);
     s_busy = 0;
     return rc;
 }

@@ -396,6 +396,47 @@ print(json.dumps([refused, again.getsockname()[1]]))
     check(got == [True, pod.plan[1]], "close then listen again: %s" % got)
 
 
+def replace_case(how):
+    """A handed-over listener's descriptor freed by dup2(), dup3() or
+    close_range() instead of close(): the agent must hear of it as of a
+    close (connections refused, the port takes a new listener). "kept":
+    dup2() over it while a dup() still holds it; it stays the process's."""
+    free = {
+        "dup2": "os.dup2(null, fd)",
+        "dup3": "os.dup2(null, fd, inheritable=False)",
+        "close_range": "assert ctypes.CDLL(None, use_errno=True).close_range(fd, fd, 0) == 0",
+        "kept": "keep = os.dup(fd); os.dup2(null, fd)",
+    }[how]
+
+    def case(pod):
+        port = pod.plan[2]
+        got = pod.py_json("""
+import ctypes, errno, json, os, socket
+def listener(port):
+    l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    l.bind(("0.0.0.0", port)); l.listen(); return l
+fd = listener(%d).detach()
+null = os.open("/dev/null", os.O_RDONLY)
+%s
+# Not create_connection(): its getaddrinfo() opens and closes files, and a
+# close() of the freed number would tell the agent for the shim.
+c = socket.socket(); c.settimeout(2)
+try:
+    c.connect(("127.0.0.1", %d)); refused = False
+except ConnectionRefusedError:
+    refused = True
+try:
+    again = listener(%d).getsockname()[1]
+except OSError as e:
+    again = errno.errorcode[e.errno]
+print(json.dumps([refused, again]))
+""" % (port, free, port, port))
+        want = [False, "EADDRINUSE"] if how == "kept" else [True, port]
+        check(got == want, "%s over the listener, then connect and listen again: %s, not %s"
+              % (how, got, want))
+    return case
+
+
 def case_dead_engine_listener(pod):
     """A listener left behind by an engine process that died (its fd still
     open in a forked child) is shut down by the agent: the queued connection
@@ -763,6 +804,10 @@ POD_CASES = {
     "other_uid": case_other_uid,
     "passthrough": case_passthrough,
     "close_listener": case_close_listener,
+    "dup2_over_listener": replace_case("dup2"),
+    "dup3_over_listener": replace_case("dup3"),
+    "close_range_listener": replace_case("close_range"),
+    "dup2_over_listener_kept": replace_case("kept"),
     "dead_engine_listener": case_dead_engine_listener,
     "queued_reset": case_queued_reset,
     "new_engine_epoch": case_new_engine_epoch,
