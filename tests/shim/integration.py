@@ -812,6 +812,7 @@ POD_CASES = {
     "queued_reset": case_queued_reset,
     "new_engine_epoch": case_new_engine_epoch,
     "close_race": close_race_case("race"),
+    "close_race_dup2": close_race_case("race_dup2"),
     "close_stale_fd": close_race_case("stale", 4),
     "close_dup_pair": close_race_case("pair"),
     "stalled_agent": case_stalled_agent,

@@ -5,6 +5,11 @@
  *          listener, check it listens and close it, over and over: no
  *          thread's close() may shut down another thread's listener, and
  *          every port must take the next bind.
+ *   race_dup2  the same, each listener freed by dup2() of /dev/null onto
+ *          its descriptor (then that closed): dup2()'s path through the
+ *          shim's table under threads. (That dup2() alone ends the
+ *          listener is integration.py dup2_over_listener; here the close()
+ *          after it would tell the agent even if dup2() had not.)
  *   stale  a listener closed behind the shim's back (raw syscall), its fd
  *          number reused for another managed listener: the first port must
  *          come free once the second is bound.
@@ -22,6 +27,7 @@
  *          reply timeout): the bind succeeds, and the listener held from
  *          before still accepts. */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -45,6 +51,7 @@
 #define SELF_TIMEOUT_S 60
 
 static atomic_bool s_stop;
+static int s_devnull = -1;       /* race_dup2: what dup2() puts over a listener */
 static atomic_long s_shut_down, s_in_use, s_rounds;
 
 static int s_fail(const char *what)
@@ -100,6 +107,8 @@ static void *s_race_worker(void *arg)
                 break;
             }
         atomic_fetch_add(&s_rounds, 1);
+        if (s_devnull >= 0 && dup2(s_devnull, fd) < 0)
+            atomic_fetch_add(&s_shut_down, 1);     /* counted as a failure */
         close(fd);
     }
     return NULL;
@@ -369,13 +378,18 @@ static int s_resume(int port)
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: shim_close_race race|stale|stall|resume|pair PORT\n");
+        fprintf(stderr, "usage: shim_close_race race|race_dup2|stale|stall|resume|pair PORT\n");
         return 2;
     }
     alarm(SELF_TIMEOUT_S);
     int port = atoi(argv[2]);
     if (strcmp(argv[1], "race") == 0)
         return s_race(port);
+    if (strcmp(argv[1], "race_dup2") == 0) {
+        if ((s_devnull = open("/dev/null", O_RDONLY | O_CLOEXEC)) < 0)
+            return s_fail("/dev/null");
+        return s_race(port);
+    }
     if (strcmp(argv[1], "stale") == 0)
         return s_stale(port);
     if (strcmp(argv[1], "stall") == 0)
