@@ -573,6 +573,20 @@ static void s_settle(s_tracked_t e, int rc)
         s_let_go(e, e.fd);
 }
 
+/* After a call that freed descriptors without the lock: if an entry moved
+ * meanwhile (s_moves no longer reads moves), it may have moved onto one of
+ * them; check every entry under the lock. errno is kept. */
+static void s_recheck_if_moved(unsigned long moves)
+{
+    if (atomic_load(&s_moves) == moves)
+        return;
+    int saved = errno;
+    pthread_mutex_lock(&s_lock);
+    s_recheck_moved();
+    pthread_mutex_unlock(&s_lock);
+    errno = saved;
+}
+
 /* The call freeing number fd (close(), dup2(), dup3()) as libc makes it,
  * errno as libc leaves it. */
 typedef int (*s_free_fn)(int fd, const int *args);
@@ -582,13 +596,7 @@ static int s_release(int fd, s_free_fn call, const int *args)
     unsigned long moves = atomic_load(&s_moves);
     if (!s_marked(fd)) {
         int rc = call(fd, args);
-        if (atomic_load(&s_moves) != moves) {
-            int saved = errno;
-            pthread_mutex_lock(&s_lock);
-            s_recheck_moved();
-            pthread_mutex_unlock(&s_lock);
-            errno = saved;
-        }
+        s_recheck_if_moved(moves);
         return rc;
     }
     /* The entry goes and the number is freed under the lock: a thread that
@@ -639,13 +647,8 @@ int rdzv_shim_agent_close_range(unsigned int first, unsigned int last, int flags
     /* CLOSE_RANGE_CLOEXEC only marks them; nothing is closed now. */
     if ((flags & CLOSE_RANGE_CLOEXEC) || atomic_load(&s_ntracked) == 0) {
         int rc = real->close_range(first, last, flags);
-        if (!(flags & CLOSE_RANGE_CLOEXEC) && atomic_load(&s_moves) != moves) {
-            int saved = errno;
-            pthread_mutex_lock(&s_lock);
-            s_recheck_moved();
-            pthread_mutex_unlock(&s_lock);
-            errno = saved;
-        }
+        if (!(flags & CLOSE_RANGE_CLOEXEC))
+            s_recheck_if_moved(moves);
         return rc;
     }
     pthread_mutex_lock(&s_lock);
