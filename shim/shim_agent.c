@@ -12,13 +12,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/close_range.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+
+/* <unistd.h> has them from glibc 2.34 with kernel headers of 5.9 on. */
+#ifndef CLOSE_RANGE_UNSHARE
+#define CLOSE_RANGE_UNSHARE (1U << 1)
+#endif
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
 
 #define SHIM_MAX_TRACKED 256
 #define S_FD_BITS 65536
@@ -55,6 +62,10 @@ static _Atomic bool s_off;       /* S_OFF, readable without the lock */
 static _Atomic int s_base, s_limit;
 static s_tracked_t s_tracked[SHIM_MAX_TRACKED];
 static _Atomic size_t s_ntracked;
+/* The process whose descriptors s_tracked names. A vfork() child (CLONE_VM,
+ * no atfork handlers) shares this memory but has descriptors of its own:
+ * its close_range() before exec must not empty the parent's table. */
+static _Atomic pid_t s_table_pid;
 /* Entries moved to a dup (s_let_go), counted after the new fd is marked: a
  * close() that took the unlocked path and sees this change under its feet
  * may have closed the very fd an entry just moved to (rdzv_shim_agent_close). */
@@ -64,6 +75,14 @@ static atomic_ulong s_moves;
  * s_lock only. */
 static _Atomic uint64_t s_fd_bits[S_FD_BITS / 64];
 static _Atomic size_t s_nhigh;
+
+/* Whether the descriptors in s_tracked are this process's: false in a
+ * vfork() child, whose calls then go straight to libc. */
+static bool s_owns_table(void)
+{
+    pid_t owner = atomic_load(&s_table_pid);
+    return owner == 0 || owner == getpid();
+}
 
 /* One line on stderr: "librdzv_shim: <what> <arg>; binds pass through". */
 static void s_say(const char *what, const char *arg)
@@ -125,6 +144,7 @@ static void s_atfork_child(void)
     if (s_state == S_CONNECTED)
         s_state = S_UNKNOWN;
     atomic_store(&s_ntracked, 0);
+    atomic_store(&s_table_pid, 0);
     for (size_t i = 0; i < S_FD_BITS / 64; i++)
         atomic_store(&s_fd_bits[i], 0);
     atomic_store(&s_nhigh, 0);
@@ -522,8 +542,15 @@ void rdzv_shim_agent_track(int fd, uint64_t handle)
         e.ino = st.st_ino;
     }
     pthread_mutex_lock(&s_lock);
+    if (atomic_load(&s_ntracked) > 0 && !s_owns_table()) {
+        /* A vfork() child binding before exec: the table is its parent's.
+         * The agent ends this listener with the child's connection. */
+        pthread_mutex_unlock(&s_lock);
+        return;
+    }
+    atomic_store(&s_table_pid, getpid());
     /* An entry left for fd means its listener was closed where the shim
-     * could not see it (raw syscall, dup2) and the number reused. */
+     * could not see it (raw syscall) and the number reused. */
     s_tracked_t stale;
     bool have_stale = s_take(fd, &stale);
     s_put(&e);
@@ -534,7 +561,7 @@ void rdzv_shim_agent_track(int fd, uint64_t handle)
 
 void rdzv_shim_agent_untrack(int fd)
 {
-    if (!s_marked(fd))
+    if (!s_marked(fd) || !s_owns_table())
         return;
     pthread_mutex_lock(&s_lock);
     s_tracked_t e;
@@ -578,7 +605,7 @@ static void s_settle(s_tracked_t e, int rc)
  * them; check every entry under the lock. errno is kept. */
 static void s_recheck_if_moved(unsigned long moves)
 {
-    if (atomic_load(&s_moves) == moves)
+    if (atomic_load(&s_moves) == moves || !s_owns_table())
         return;
     int saved = errno;
     pthread_mutex_lock(&s_lock);
@@ -599,6 +626,8 @@ static int s_release(int fd, s_free_fn call, const int *args)
         s_recheck_if_moved(moves);
         return rc;
     }
+    if (!s_owns_table())
+        return call(fd, args);
     /* The entry goes and the number is freed under the lock: a thread that
      * gets the number next and binds on it cannot be tracked in between. */
     pthread_mutex_lock(&s_lock);
@@ -644,11 +673,14 @@ int rdzv_shim_agent_close_range(unsigned int first, unsigned int last, int flags
 {
     const rdzv_shim_real_t *real = rdzv_shim_real();
     unsigned long moves = atomic_load(&s_moves);
-    /* CLOSE_RANGE_CLOEXEC only marks them; nothing is closed now. */
-    if ((flags & CLOSE_RANGE_CLOEXEC) || atomic_load(&s_ntracked) == 0) {
+    /* CLOSE_RANGE_CLOEXEC only marks them, nothing is closed now;
+     * CLOSE_RANGE_UNSHARE closes them in a table of the caller's own, while
+     * the process's other threads keep theirs (a step before exec). */
+    if ((flags & (CLOSE_RANGE_CLOEXEC | CLOSE_RANGE_UNSHARE)))
+        return real->close_range(first, last, flags);
+    if (atomic_load(&s_ntracked) == 0 || !s_owns_table()) {
         int rc = real->close_range(first, last, flags);
-        if (!(flags & CLOSE_RANGE_CLOEXEC))
-            s_recheck_if_moved(moves);
+        s_recheck_if_moved(moves);
         return rc;
     }
     pthread_mutex_lock(&s_lock);

@@ -400,18 +400,27 @@ def replace_case(how):
     """A handed-over listener's descriptor freed by dup2(), dup3() or
     close_range() instead of close(): the agent must hear of it as of a
     close (connections refused, the port takes a new listener). "kept":
-    dup2() over it while a dup() still holds it; it stays the process's."""
+    dup2() over it while a dup() still holds it; "unshare": close_range()
+    with CLOSE_RANGE_UNSHARE in another thread, which closes it in that
+    thread's own table only. Both leave the listener the process's.
+    "vfork": a subprocess started (CPython's vfork(), whose child runs
+    close_range() in this process's memory before exec), then close(): the
+    child must not have emptied the parent's table."""
     free = {
         "dup2": "os.dup2(null, fd)",
         "dup3": "os.dup2(null, fd, inheritable=False)",
-        "close_range": "assert ctypes.CDLL(None, use_errno=True).close_range(fd, fd, 0) == 0",
+        "close_range": "assert libc.close_range(fd, fd, 0) == 0",
         "kept": "keep = os.dup(fd); os.dup2(null, fd)",
+        "unshare": "t = threading.Thread(target=libc.close_range, args=(fd, fd, 2)); "
+                   "t.start(); t.join()",
+        "vfork": "subprocess.run(['/bin/true'], check=True); os.close(fd)",
     }[how]
 
     def case(pod):
         port = pod.plan[2]
         got = pod.py_json("""
-import ctypes, errno, json, os, socket
+import ctypes, errno, json, os, socket, subprocess, threading
+libc = ctypes.CDLL(None, use_errno=True)
 def listener(port):
     l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     l.bind(("0.0.0.0", port)); l.listen(); return l
@@ -431,7 +440,7 @@ except OSError as e:
     again = errno.errorcode[e.errno]
 print(json.dumps([refused, again]))
 """ % (port, free, port, port))
-        want = [False, "EADDRINUSE"] if how == "kept" else [True, port]
+        want = [False, "EADDRINUSE"] if how in ("kept", "unshare") else [True, port]
         check(got == want, "%s over the listener, then connect and listen again: %s, not %s"
               % (how, got, want))
     return case
@@ -808,6 +817,8 @@ POD_CASES = {
     "dup3_over_listener": replace_case("dup3"),
     "close_range_listener": replace_case("close_range"),
     "dup2_over_listener_kept": replace_case("kept"),
+    "close_range_unshare": replace_case("unshare"),
+    "vfork_child_close_range": replace_case("vfork"),
     "dead_engine_listener": case_dead_engine_listener,
     "queued_reset": case_queued_reset,
     "new_engine_epoch": case_new_engine_epoch,
