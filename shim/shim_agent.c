@@ -62,10 +62,13 @@ static _Atomic bool s_off;       /* S_OFF, readable without the lock */
 static _Atomic int s_base, s_limit;
 static s_tracked_t s_tracked[SHIM_MAX_TRACKED];
 static _Atomic size_t s_ntracked;
-/* The process whose descriptors s_tracked names. A vfork() child (CLONE_VM,
- * no atfork handlers) shares this memory but has descriptors of its own:
- * its close_range() before exec must not empty the parent's table. */
-static _Atomic pid_t s_table_pid;
+/* The process this memory belongs to: set at load and in a forked child.
+ * A process that shares it without being its owner (a vfork() child, which
+ * runs no atfork handlers, or another clone that skips them) has
+ * descriptors of its own: its calls must change nothing here, or its
+ * close_range() before exec would empty the parent's table and its bind()
+ * take over the parent's connection. Every call there goes to libc. */
+static _Atomic pid_t s_owner;
 /* Entries moved to a dup (s_let_go), counted after the new fd is marked: a
  * close() that took the unlocked path and sees this change under its feet
  * may have closed the very fd an entry just moved to (rdzv_shim_agent_close). */
@@ -76,12 +79,17 @@ static atomic_ulong s_moves;
 static _Atomic uint64_t s_fd_bits[S_FD_BITS / 64];
 static _Atomic size_t s_nhigh;
 
-/* Whether the descriptors in s_tracked are this process's: false in a
- * vfork() child, whose calls then go straight to libc. */
-static bool s_owns_table(void)
+__attribute__((constructor)) static void s_remember_owner(void)
 {
-    pid_t owner = atomic_load(&s_table_pid);
-    return owner == 0 || owner == getpid();
+    atomic_store(&s_owner, getpid());
+}
+
+/* True in a process that shares this memory without owning it (s_owner).
+ * A system call: only on paths that hold a hand-over or ask the agent. */
+static bool s_foreign(void)
+{
+    pid_t owner = atomic_load(&s_owner);
+    return owner != 0 && owner != getpid();
 }
 
 /* One line on stderr: "librdzv_shim: <what> <arg>; binds pass through". */
@@ -144,7 +152,7 @@ static void s_atfork_child(void)
     if (s_state == S_CONNECTED)
         s_state = S_UNKNOWN;
     atomic_store(&s_ntracked, 0);
-    atomic_store(&s_table_pid, 0);
+    atomic_store(&s_owner, getpid());
     for (size_t i = 0; i < S_FD_BITS / 64; i++)
         atomic_store(&s_fd_bits[i], 0);
     atomic_store(&s_nhigh, 0);
@@ -387,6 +395,8 @@ bool rdzv_shim_agent_range(int *base, int *limit)
 
 bool rdzv_shim_agent_ready(void)
 {
+    if (s_foreign())
+        return false;
     pthread_once(&s_once, s_init);
     pthread_mutex_lock(&s_lock);
     /* A lost agent's range stays managed; rdzv_shim_agent_bind waits for it. */
@@ -397,6 +407,8 @@ bool rdzv_shim_agent_ready(void)
 
 int rdzv_shim_agent_bind(const rdzv_agent_msg_t *req, rdzv_agent_msg_t *rep, int *fd_out)
 {
+    if (s_foreign())
+        return -1;
     pthread_once(&s_once, s_init);
     pthread_mutex_lock(&s_lock);
     int rc = -1;
@@ -541,14 +553,9 @@ void rdzv_shim_agent_track(int fd, uint64_t handle)
         e.dev = st.st_dev;
         e.ino = st.st_ino;
     }
-    pthread_mutex_lock(&s_lock);
-    if (atomic_load(&s_ntracked) > 0 && !s_owns_table()) {
-        /* A vfork() child binding before exec: the table is its parent's.
-         * The agent ends this listener with the child's connection. */
-        pthread_mutex_unlock(&s_lock);
+    if (s_foreign())
         return;
-    }
-    atomic_store(&s_table_pid, getpid());
+    pthread_mutex_lock(&s_lock);
     /* An entry left for fd means its listener was closed where the shim
      * could not see it (raw syscall) and the number reused. */
     s_tracked_t stale;
@@ -561,7 +568,7 @@ void rdzv_shim_agent_track(int fd, uint64_t handle)
 
 void rdzv_shim_agent_untrack(int fd)
 {
-    if (!s_marked(fd) || !s_owns_table())
+    if (!s_marked(fd) || s_foreign())
         return;
     pthread_mutex_lock(&s_lock);
     s_tracked_t e;
@@ -605,7 +612,7 @@ static void s_settle(s_tracked_t e, int rc)
  * them; check every entry under the lock. errno is kept. */
 static void s_recheck_if_moved(unsigned long moves)
 {
-    if (atomic_load(&s_moves) == moves || !s_owns_table())
+    if (atomic_load(&s_moves) == moves || s_foreign())
         return;
     int saved = errno;
     pthread_mutex_lock(&s_lock);
@@ -626,7 +633,7 @@ static int s_release(int fd, s_free_fn call, const int *args)
         s_recheck_if_moved(moves);
         return rc;
     }
-    if (!s_owns_table())
+    if (s_foreign())
         return call(fd, args);
     /* The entry goes and the number is freed under the lock: a thread that
      * gets the number next and binds on it cannot be tracked in between. */
@@ -669,20 +676,45 @@ int rdzv_shim_agent_dup(int from, int to, int flags)
     return s_release(to, s_call_dup, args);
 }
 
+/* Threads of this process (/proc/self/stat, field 20), 0 if unknown. No
+ * malloc or stdio: the caller may be about to exec after fork. */
+static long s_threads(void)
+{
+    char buf[1024];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    rdzv_shim_real()->close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');            /* the name (field 2) may hold anything */
+    for (int field = 2; p && field < 20; field++)
+        p = strchr(p + 1, ' ');
+    return p ? strtol(p + 1, NULL, 10) : 0;
+}
+
 int rdzv_shim_agent_close_range(unsigned int first, unsigned int last, int flags)
 {
     const rdzv_shim_real_t *real = rdzv_shim_real();
     unsigned long moves = atomic_load(&s_moves);
-    /* CLOSE_RANGE_CLOEXEC only marks them, nothing is closed now;
-     * CLOSE_RANGE_UNSHARE closes them in a table of the caller's own, while
-     * the process's other threads keep theirs (a step before exec). */
-    if ((flags & (CLOSE_RANGE_CLOEXEC | CLOSE_RANGE_UNSHARE)))
+    /* CLOSE_RANGE_CLOEXEC only marks them, nothing is closed now. */
+    if (flags & CLOSE_RANGE_CLOEXEC)
         return real->close_range(first, last, flags);
-    if (atomic_load(&s_ntracked) == 0 || !s_owns_table()) {
+    bool unshare = flags & CLOSE_RANGE_UNSHARE;
+    if (atomic_load(&s_ntracked) == 0 || s_foreign()) {
         int rc = real->close_range(first, last, flags);
-        s_recheck_if_moved(moves);
+        if (!unshare)
+            s_recheck_if_moved(moves);
         return rc;
     }
+    /* CLOSE_RANGE_UNSHARE gives the caller a copy of the table first when
+     * other threads share it (a step before exec): they keep theirs, and
+     * nothing of ours changes. With one thread the kernel copies nothing
+     * and closes the process's own. */
+    if (unshare && s_threads() != 1)
+        return real->close_range(first, last, flags);
     pthread_mutex_lock(&s_lock);
     s_tracked_t gone[SHIM_MAX_TRACKED];
     size_t n = 0;

@@ -41,9 +41,10 @@ int rdzv_shim_agent_close(int fd);
 int rdzv_shim_agent_dup(int from, int to, int flags);
 /* close_range() through libc (the system call before glibc 2.34): every
  * hand-over in [first, last] is let go as by close(), unless the flags
- * only mark them close-on-exec or close them in an unshared table. In a
- * vfork() child, these and close() go straight to libc: the table is the
- * parent's. */
+ * only mark them close-on-exec or close them in a copy of the table that
+ * other threads do not share. In a process that shares the shim's memory
+ * without owning it (a vfork() child), these, close() and the agent's
+ * calls go straight to libc or pass: the table is the parent's. */
 int rdzv_shim_agent_close_range(unsigned int first, unsigned int last, int flags);
 
 #endif

@@ -403,6 +403,8 @@ def replace_case(how):
     dup2() over it while a dup() still holds it; "unshare": close_range()
     with CLOSE_RANGE_UNSHARE in another thread, which closes it in that
     thread's own table only. Both leave the listener the process's.
+    "unshare_alone": the same call with one thread, where the kernel copies
+    no table and closes the process's own.
     "vfork": a subprocess started (CPython's vfork(), whose child runs
     close_range() in this process's memory before exec), then close(): the
     child must not have emptied the parent's table."""
@@ -413,7 +415,10 @@ def replace_case(how):
         "kept": "keep = os.dup(fd); os.dup2(null, fd)",
         "unshare": "t = threading.Thread(target=libc.close_range, args=(fd, fd, 2)); "
                    "t.start(); t.join()",
-        "vfork": "subprocess.run(['/bin/true'], check=True); os.close(fd)",
+        "unshare_alone": "assert threading.active_count() == 1; "
+                         "assert libc.close_range(fd, fd, 2) == 0",
+        "vfork": "assert subprocess._USE_VFORK; "
+                 "subprocess.run(['/bin/true'], check=True); os.close(fd)",
     }[how]
 
     def case(pod):
@@ -818,6 +823,7 @@ POD_CASES = {
     "close_range_listener": replace_case("close_range"),
     "dup2_over_listener_kept": replace_case("kept"),
     "close_range_unshare": replace_case("unshare"),
+    "close_range_unshare_alone": replace_case("unshare_alone"),
     "vfork_child_close_range": replace_case("vfork"),
     "dead_engine_listener": case_dead_engine_listener,
     "queued_reset": case_queued_reset,
@@ -826,6 +832,7 @@ POD_CASES = {
     "close_race_dup2": close_race_case("race_dup2"),
     "close_stale_fd": close_race_case("stale", 4),
     "close_dup_pair": close_race_case("pair"),
+    "vfork_child_bind": close_race_case("vfork"),
     "stalled_agent": case_stalled_agent,
     "stalled_agent_resumes": case_stalled_agent_resumes,
 }

@@ -21,6 +21,10 @@
  *          and over, with a third thread opening and closing pipes: after
  *          both closes the port must refuse connections (the agent heard
  *          CLOSE) and take the next bind.
+ *   vfork  a vfork() child binds a plan port (PORT + 1) before _exit: it
+ *          must not take over the parent's connection to the agent (which
+ *          closed a descriptor of the parent's) nor its table, so a
+ *          listener the parent binds on PORT + 2 and closes must end.
  *   resume with a listener held, waits for a line (the agent is stopped),
  *          binds PORT + 1 in a thread, prints "binding" and waits for
  *          another line (the agent runs again, well within the protocol's
@@ -37,6 +41,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -329,6 +335,45 @@ static int s_stall(int port)
     return bad;
 }
 
+static int s_vfork(int port)
+{
+    int first = s_listen(port);       /* connects to the agent; then empty */
+    if (first < 0)
+        return s_fail("the first listener");
+    close(first);
+    int keep = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    struct stat before, after;
+    if (keep < 0 || fstat(keep, &before) < 0)
+        return s_fail("/dev/null");
+    pid_t pid = vfork();
+    if (pid == 0) {
+        /* Beyond what POSIX allows a vfork() child, as some programs do. */
+        (void) s_listen(port + 1);
+        _exit(0);
+    }
+    if (pid < 0)
+        return s_fail("vfork");
+    waitpid(pid, NULL, 0);
+    int bad = 0;
+    if (fstat(keep, &after) < 0 || after.st_ino != before.st_ino
+        || after.st_dev != before.st_dev) {
+        fprintf(stderr, "shim_close_race: after the vfork() child's bind, descriptor %d "
+                "is no longer the parent's /dev/null\n", keep);
+        bad = 1;
+    }
+    int second = s_listen(port + 2);
+    if (second < 0)
+        return s_fail("the parent's listener after the child");
+    close(second);
+    if (s_port_answers(port + 2)) {
+        fprintf(stderr, "shim_close_race: the parent's listener on %d still answers after "
+                "its close(): the agent was not told\n", port + 2);
+        bad = 1;
+    }
+    close(keep);
+    return bad;
+}
+
 /* Whether the listener fd still takes a connection to port. */
 static bool s_accepts(int fd, int port)
 {
@@ -378,7 +423,7 @@ static int s_resume(int port)
 int main(int argc, char **argv)
 {
     if (argc != 3) {
-        fprintf(stderr, "usage: shim_close_race race|race_dup2|stale|stall|resume|pair PORT\n");
+        fprintf(stderr, "usage: shim_close_race race|race_dup2|stale|stall|resume|pair|vfork PORT\n");
         return 2;
     }
     alarm(SELF_TIMEOUT_S);
@@ -396,6 +441,8 @@ int main(int argc, char **argv)
         return s_stall(port);
     if (strcmp(argv[1], "resume") == 0)
         return s_resume(port);
+    if (strcmp(argv[1], "vfork") == 0)
+        return s_vfork(port);
     if (strcmp(argv[1], "pair") == 0)
         return s_pair(port);
     fprintf(stderr, "shim_close_race: unknown mode %s\n", argv[1]);
