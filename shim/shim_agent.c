@@ -79,9 +79,16 @@ static atomic_ulong s_moves;
 static _Atomic uint64_t s_fd_bits[S_FD_BITS / 64];
 static _Atomic size_t s_nhigh;
 
+static void s_atfork_prepare(void);
+static void s_atfork_parent(void);
+static void s_atfork_child(void);
+
+/* At load, not on first use: a process may fork before it ever calls into
+ * the shim, and its child must still own its copy. */
 __attribute__((constructor)) static void s_remember_owner(void)
 {
     atomic_store(&s_owner, getpid());
+    pthread_atfork(s_atfork_prepare, s_atfork_parent, s_atfork_child);
 }
 
 /* True in a process that shares this memory without owning it (s_owner).
@@ -174,7 +181,6 @@ static void s_init(void)
     const char *wait = getenv("RDZV_SHIM_AGENT_WAIT_MS");
     if (wait && *wait)
         s_wait_ms = atoi(wait);
-    pthread_atfork(s_atfork_prepare, s_atfork_parent, s_atfork_child);
 }
 
 static int64_t s_now_ms(void)

@@ -451,6 +451,33 @@ print(json.dumps([refused, again]))
     return case
 
 
+def case_fork_before_first_bind(pod):
+    """A process forks before it ever binds (multiprocessing's fork start
+    method, say); the child's listener on a plan port is still handed over
+    by the agent, and its close() still tells the agent."""
+    got = pod.py_json("""
+import json, os, socket
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        l.bind(("0.0.0.0", %d)); l.listen(); l.close(); out = "ok"
+    except OSError as e:
+        out = "bind: " + os.strerror(e.errno)
+    os.write(w, out.encode()); os._exit(0)
+os.waitpid(pid, 0)
+child = os.read(r, 200).decode()
+c = socket.socket(); c.settimeout(2)
+try:
+    c.connect(("127.0.0.1", %d)); refused = False
+except ConnectionRefusedError:
+    refused = True
+print(json.dumps([child, refused]))
+""" % (pod.plan[4], pod.plan[4]))
+    check(got == ["ok", True], "a child forked before any bind: %s" % got)
+
+
 def case_dead_engine_listener(pod):
     """A listener left behind by an engine process that died (its fd still
     open in a forked child) is shut down by the agent: the queued connection
@@ -818,6 +845,7 @@ POD_CASES = {
     "other_uid": case_other_uid,
     "passthrough": case_passthrough,
     "close_listener": case_close_listener,
+    "fork_before_first_bind": case_fork_before_first_bind,
     "dup2_over_listener": replace_case("dup2"),
     "dup3_over_listener": replace_case("dup3"),
     "close_range_listener": replace_case("close_range"),
