@@ -23,8 +23,10 @@
  *          CLOSE) and take the next bind.
  *   vfork  a vfork() child binds a plan port (PORT + 1) before _exit: it
  *          must not take over the parent's connection to the agent (which
- *          closed a descriptor of the parent's) nor its table, so a
- *          listener the parent binds on PORT + 2 and closes must end.
+ *          closed a descriptor of the parent's, and ended the listeners
+ *          handed over through it: one on PORT + 3 is held across) nor its
+ *          table, so a listener the parent binds on PORT + 2 and closes
+ *          must end.
  *   resume with a listener held, waits for a line (the agent is stopped),
  *          binds PORT + 1 in a thread, prints "binding" and waits for
  *          another line (the agent runs again, well within the protocol's
@@ -335,45 +337,6 @@ static int s_stall(int port)
     return bad;
 }
 
-static int s_vfork(int port)
-{
-    int first = s_listen(port);       /* connects to the agent; then empty */
-    if (first < 0)
-        return s_fail("the first listener");
-    close(first);
-    int keep = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    struct stat before, after;
-    if (keep < 0 || fstat(keep, &before) < 0)
-        return s_fail("/dev/null");
-    pid_t pid = vfork();
-    if (pid == 0) {
-        /* Beyond what POSIX allows a vfork() child, as some programs do. */
-        (void) s_listen(port + 1);
-        _exit(0);
-    }
-    if (pid < 0)
-        return s_fail("vfork");
-    waitpid(pid, NULL, 0);
-    int bad = 0;
-    if (fstat(keep, &after) < 0 || after.st_ino != before.st_ino
-        || after.st_dev != before.st_dev) {
-        fprintf(stderr, "shim_close_race: after the vfork() child's bind, descriptor %d "
-                "is no longer the parent's /dev/null\n", keep);
-        bad = 1;
-    }
-    int second = s_listen(port + 2);
-    if (second < 0)
-        return s_fail("the parent's listener after the child");
-    close(second);
-    if (s_port_answers(port + 2)) {
-        fprintf(stderr, "shim_close_race: the parent's listener on %d still answers after "
-                "its close(): the agent was not told\n", port + 2);
-        bad = 1;
-    }
-    close(keep);
-    return bad;
-}
-
 /* Whether the listener fd still takes a connection to port. */
 static bool s_accepts(int fd, int port)
 {
@@ -416,6 +379,56 @@ static int s_resume(int port)
                 port, strerror(errno));
         bad = 1;
     }
+    close(held);
+    return bad;
+}
+
+static int s_vfork(int port)
+{
+    int first = s_listen(port);       /* connects to the agent; then empty */
+    if (first < 0)
+        return s_fail("the first listener");
+    close(first);
+    int held = s_listen(port + 3);    /* held across the child's life */
+    if (held < 0)
+        return s_fail("the held listener");
+    int keep = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    struct stat before, after;
+    if (keep < 0 || fstat(keep, &before) < 0)
+        return s_fail("/dev/null");
+    pid_t pid = vfork();
+    if (pid == 0) {
+        /* Beyond what POSIX allows a vfork() child, as some programs do. */
+        (void) s_listen(port + 1);
+        _exit(0);
+    }
+    if (pid < 0)
+        return s_fail("vfork");
+    waitpid(pid, NULL, 0);
+    int bad = 0;
+    if (fstat(keep, &after) < 0 || after.st_ino != before.st_ino
+        || after.st_dev != before.st_dev) {
+        fprintf(stderr, "shim_close_race: after the vfork() child's bind, descriptor %d "
+                "is no longer the parent's /dev/null\n", keep);
+        bad = 1;
+    }
+    int second = s_listen(port + 2);
+    if (second < 0)
+        return s_fail("the parent's listener after the child");
+    close(second);
+    if (s_port_answers(port + 2)) {
+        fprintf(stderr, "shim_close_race: the parent's listener on %d still answers after "
+                "its close(): the agent was not told\n", port + 2);
+        bad = 1;
+    }
+    /* After the parent's next bind: a connection the child had taken over
+     * would have been dropped there, and the agent ends what it carried. */
+    if (!s_accepts(held, port + 3)) {
+        fprintf(stderr, "shim_close_race: the parent's listener on %d stopped accepting "
+                "after the vfork() child's bind\n", port + 3);
+        bad = 1;
+    }
+    close(keep);
     close(held);
     return bad;
 }
