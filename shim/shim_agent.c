@@ -553,14 +553,14 @@ static void s_let_go(s_tracked_t e, int gone)
 
 void rdzv_shim_agent_track(int fd, uint64_t handle)
 {
+    if (s_foreign())
+        return;
     s_tracked_t e = { .fd = fd, .handle = handle };
     struct stat st;
     if (fstat(fd, &st) == 0) {
         e.dev = st.st_dev;
         e.ino = st.st_ino;
     }
-    if (s_foreign())
-        return;
     pthread_mutex_lock(&s_lock);
     /* An entry left for fd means its listener was closed where the shim
      * could not see it (raw syscall) and the number reused. */

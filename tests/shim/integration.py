@@ -158,6 +158,26 @@ def scan(start, n, stop):
 """
 
 
+# For programs under the shim: a SO_REUSEADDR listener on a port, and
+# whether a connect to a port is refused. Not create_connection(): its
+# getaddrinfo() opens and closes files, and a close() that lands on a number
+# the shim still tracks would tell the agent by accident; for the same
+# reason the connecting sockets stay open.
+LISTEN = """
+import ctypes, errno, json, os, socket, subprocess, threading
+def listener(port):
+    l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    l.bind(("0.0.0.0", port)); l.listen(); return l
+_open = []
+def refused(port):
+    c = socket.socket(); c.settimeout(2); _open.append(c)
+    try:
+        c.connect(("127.0.0.1", port)); return False
+    except ConnectionRefusedError:
+        return True
+"""
+
+
 def case_probe_scan(pod):
     """vLLM scans from VLLM_PORT: two scans of four give eight distinct ports of the plan."""
     vllm_port = int(pod.env_file()["VLLM_PORT"])
@@ -380,19 +400,10 @@ print("ok")
 def case_close_listener(pod):
     """Closing a handed-over listener tells the agent: no connection is queued
     to it afterwards, and the port takes a new listener."""
-    got = pod.py_json("""
-import json, socket, errno
-def listener(port):
-    l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    l.bind(("0.0.0.0", port)); l.listen(); return l
-l = listener(%d); l.close()
-try:
-    socket.create_connection(("127.0.0.1", %d), timeout=2); refused = False
-except ConnectionRefusedError:
-    refused = True
-again = listener(%d)
-print(json.dumps([refused, again.getsockname()[1]]))
-""" % (pod.plan[1], pod.plan[1], pod.plan[1]))
+    got = pod.py_json(LISTEN + """
+l = listener(%(p)d); l.close()
+print(json.dumps([refused(%(p)d), listener(%(p)d).getsockname()[1]]))
+""" % {"p": pod.plan[1]})
     check(got == [True, pod.plan[1]], "close then listen again: %s" % got)
 
 
@@ -423,28 +434,18 @@ def replace_case(how):
 
     def case(pod):
         port = pod.plan[2]
-        got = pod.py_json("""
-import ctypes, errno, json, os, socket, subprocess, threading
+        got = pod.py_json(LISTEN + """
 libc = ctypes.CDLL(None, use_errno=True)
-def listener(port):
-    l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    l.bind(("0.0.0.0", port)); l.listen(); return l
-fd = listener(%d).detach()
+fd = listener(%(p)d).detach()
 null = os.open("/dev/null", os.O_RDONLY)
-%s
-# Not create_connection(): its getaddrinfo() opens and closes files, and a
-# close() of the freed number would tell the agent for the shim.
-c = socket.socket(); c.settimeout(2)
+%(free)s
+no = refused(%(p)d)
 try:
-    c.connect(("127.0.0.1", %d)); refused = False
-except ConnectionRefusedError:
-    refused = True
-try:
-    again = listener(%d).getsockname()[1]
+    again = listener(%(p)d).getsockname()[1]
 except OSError as e:
     again = errno.errorcode[e.errno]
-print(json.dumps([refused, again]))
-""" % (port, free, port, port))
+print(json.dumps([no, again]))
+""" % {"p": port, "free": free})
         want = [False, "EADDRINUSE"] if how in ("kept", "unshare") else [True, port]
         check(got == want, "%s over the listener, then connect and listen again: %s, not %s"
               % (how, got, want))
@@ -455,26 +456,18 @@ def case_fork_before_first_bind(pod):
     """A process forks before it ever binds (multiprocessing's fork start
     method, say); the child's listener on a plan port is still handed over
     by the agent, and its close() still tells the agent."""
-    got = pod.py_json("""
-import json, os, socket
+    got = pod.py_json(LISTEN + """
 r, w = os.pipe()
 pid = os.fork()
 if pid == 0:
-    l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        l.bind(("0.0.0.0", %d)); l.listen(); l.close(); out = "ok"
+        listener(%(p)d).close(); out = "ok"
     except OSError as e:
         out = "bind: " + os.strerror(e.errno)
     os.write(w, out.encode()); os._exit(0)
 os.waitpid(pid, 0)
-child = os.read(r, 200).decode()
-c = socket.socket(); c.settimeout(2)
-try:
-    c.connect(("127.0.0.1", %d)); refused = False
-except ConnectionRefusedError:
-    refused = True
-print(json.dumps([child, refused]))
-""" % (pod.plan[4], pod.plan[4]))
+print(json.dumps([os.read(r, 200).decode(), refused(%(p)d)]))
+""" % {"p": pod.plan[4]})
     check(got == ["ok", True], "a child forked before any bind: %s" % got)
 
 
@@ -872,17 +865,23 @@ OWN_CASES = {"cmd": case_cmd, "cmd_signal": case_cmd_signal,
 CASES = list(POD_CASES) + list(OWN_CASES)
 
 
-def main():
+def case_options(cases):
+    """The command line of this runner and lease_test.py: CASE and the
+    paths of what it runs; None once CASE "list" has printed the cases."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("case", choices=CASES + ["list"])
-    ap.add_argument("--rdzvd")
-    ap.add_argument("--rdzv")
-    ap.add_argument("--shim")
-    ap.add_argument("--listener")
-    ap.add_argument("--close-race")
+    ap.add_argument("case", choices=list(cases) + ["list"])
+    for path in ("--rdzvd", "--rdzv", "--shim", "--listener", "--close-race"):
+        ap.add_argument(path)
     opts = ap.parse_args()
     if opts.case == "list":
-        print("\n".join(CASES))
+        print("\n".join(cases))
+        return None
+    return opts
+
+
+def main():
+    opts = case_options(CASES)
+    if opts is None:
         return 0
     index = CASES.index(opts.case)
     if opts.case in OWN_CASES:

@@ -8,7 +8,6 @@ agent and shim (helpers from integration.py).
 
 Ranges from 26200 up, apart from integration.py's and the fault tests'.
 Exit 0 pass, 1 fail, 77 skip."""
-import argparse
 import os
 import socket
 import subprocess
@@ -147,15 +146,8 @@ def pod_args(case, opts):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("case", choices=list(CASES) + ["list"])
-    ap.add_argument("--rdzvd")
-    ap.add_argument("--rdzv")
-    ap.add_argument("--shim")
-    ap.add_argument("--listener")
-    opts = ap.parse_args()
-    if opts.case == "list":
-        print("\n".join(CASES))
+    opts = integration.case_options(CASES)
+    if opts is None:
         return 0
     index = list(CASES).index(opts.case)
     return integration.verdict(opts.case, lambda: integration.run_pod_case(
