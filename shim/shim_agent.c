@@ -56,7 +56,6 @@ static char s_path[sizeof(((struct sockaddr_un *) 0)->sun_path)];
 static bool s_have_path;
 static s_state_t s_state;
 static int s_fd = -1;
-static pid_t s_pid;
 static int s_wait_ms = S_AGENT_WAIT_MS;
 static _Atomic bool s_off;       /* S_OFF, readable without the lock */
 static _Atomic int s_base, s_limit;
@@ -324,7 +323,6 @@ static int s_connect(int64_t deadline)
     }
     atomic_store(&s_base, (int) rep.range_base);
     atomic_store(&s_limit, (int) rep.range_limit);
-    s_pid = getpid();
     return 0;
 }
 
@@ -335,7 +333,7 @@ static int s_connect(int64_t deadline)
 static bool s_reconnect(int64_t deadline)
 {
     for (;;) {
-        if (s_state == S_CONNECTED && s_pid == getpid())
+        if (s_state == S_CONNECTED)
             return true;
         if (s_connect(deadline) == 0) {
             static const char msg[] = "librdzv_shim: reached the agent again\n";
@@ -363,10 +361,6 @@ static void s_lose(void)
 /* Under s_lock: a live connection of this process, or false. */
 static bool s_ensure(void)
 {
-    if (s_state == S_CONNECTED && s_pid != getpid()) {
-        s_drop_connection();
-        s_state = S_UNKNOWN;
-    }
     if (s_state != S_UNKNOWN)
         return s_state == S_CONNECTED;
     if (!s_have_path) {
@@ -472,8 +466,7 @@ static void s_report_closed(uint64_t handle)
                              .op = RDZV_AGENT_OP_CLOSE, .handle = handle };
     rdzv_agent_msg_t rep;
     int passed = -1;
-    if (s_state == S_CONNECTED && s_pid == getpid()
-        && s_exchange(&req, &rep, &passed, s_held_deadline()) < 0)
+    if (s_state == S_CONNECTED && s_exchange(&req, &rep, &passed, s_held_deadline()) < 0)
         s_lose();
 }
 
