@@ -2,7 +2,10 @@
 #include "rdzv_proto.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/random.h>
 #include <time.h>
 
@@ -129,6 +132,25 @@ int rdzv_random_bytes(void *out, size_t nbytes)
         nbytes -= (size_t) got;
     }
     return 0;
+}
+
+int rdzv_path_beside_exe(const char *rel, char *out, size_t len)
+{
+    if (rel[0] == '/') {
+        int n = snprintf(out, len, "%s", rel);
+        return n < 0 || (size_t) n >= len ? -1 : 0;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return -1;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash)
+        return -1;
+    *slash = '\0';
+    int m = snprintf(out, len, "%s/%s", exe, rel);
+    return m < 0 || (size_t) m >= len ? -1 : 0;
 }
 
 int64_t rdzv_now_ms(void)

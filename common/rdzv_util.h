@@ -26,6 +26,11 @@ size_t rdzv_utf8_prefix(const char *s, size_t max);
 /* Fills out with nbytes random bytes from getrandom(); returns 0 or -1. */
 int rdzv_random_bytes(void *out, size_t nbytes);
 
+/* Writes into out the path rel resolved against the directory of the
+ * running executable (rel itself when absolute); returns 0, or -1 when
+ * /proc/self/exe cannot be read or out is too small. */
+int rdzv_path_beside_exe(const char *rel, char *out, size_t len);
+
 /* Monotonic clock in milliseconds, for deadlines. */
 int64_t rdzv_now_ms(void);
 

@@ -6,6 +6,7 @@
 #include "listen.h"
 #include "server.h"
 #include "rdzv_proto.h"
+#include "rdzv_util.h"
 
 #include <getopt.h>
 #include <limits.h>
@@ -17,6 +18,9 @@
 
 #ifndef RDZV_LIBEXECDIR
 #define RDZV_LIBEXECDIR "/usr/local/libexec/rdzv"
+#endif
+#ifndef RDZV_LIBEXEC_FROM_SBINDIR
+#define RDZV_LIBEXEC_FROM_SBINDIR "../libexec/rdzv"
 #endif
 #define S_EPHEMERAL_FILE "/proc/sys/net/ipv4/ip_local_port_range"
 
@@ -89,21 +93,16 @@ static int s_int_arg(const char *flag, const char *text, long lo, long hi, int *
     return 0;
 }
 
+/* The NCCL helper: beside rdzvd in the build tree, then where the install
+ * put it relative to rdzvd (so an unpacked or DESTDIR tree finds its own),
+ * then at the configured libexecdir. */
 static const char *s_default_helper(void)
 {
     static char path[PATH_MAX + 32];
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            snprintf(path, sizeof path, "%s/rdzv-nccl-root", exe);
-            if (access(path, X_OK) == 0)
-                return path;
-        }
-    }
+    const char *places[] = { "rdzv-nccl-root", RDZV_LIBEXEC_FROM_SBINDIR "/rdzv-nccl-root" };
+    for (size_t i = 0; i < sizeof places / sizeof places[0]; i++)
+        if (rdzv_path_beside_exe(places[i], path, sizeof path) == 0 && access(path, X_OK) == 0)
+            return path;
     snprintf(path, sizeof path, "%s/rdzv-nccl-root", RDZV_LIBEXECDIR);
     return access(path, X_OK) == 0 ? path : NULL;
 }

@@ -7,6 +7,7 @@
 #include "agent_reserve.h"
 #include "agent_serve.h"
 #include "cli.h"
+#include "rdzv_util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -113,15 +114,22 @@ static int s_reserve_plan(s_agent_t *self, const rdzv_assignment_t *a)
     return 0;
 }
 
+/* --shim, else the shim of the build tree this rdzv was built in, else the
+ * one installed beside this rdzv (wherever the tree was unpacked), else the
+ * configured install path. */
 static const char *s_shim_path(const rdzv_agent_opts_t *opts)
 {
     if (opts->shim_path && *opts->shim_path)
         return opts->shim_path;
+    static char path[PATH_MAX];
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     size_t root = strlen(RDZV_BUILD_ROOT);
     if (n > 0 && (size_t) n > root && strncmp(exe, RDZV_BUILD_ROOT "/", root + 1) == 0)
         return RDZV_SHIM_BUILD_PATH;
+    if (rdzv_path_beside_exe(RDZV_SHIM_FROM_BINDIR, path, sizeof path) == 0
+        && access(path, R_OK) == 0)
+        return path;
     return RDZV_SHIM_INSTALL_PATH;
 }
 

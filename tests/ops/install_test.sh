@@ -1,45 +1,131 @@
 #!/bin/sh
-# `meson install` into a DESTDIR, then what a user of the installed tree
-# relies on: the programs, librdzv with its SONAME, rdzv.h and rdzv.pc (a
-# program built with pkg-config against them runs), the shim, the man pages
-# and the systemd unit. Usage: install_test.sh BUILD_DIR. TAP.
+# The installed tree as a user gets it: a build with the image recipe's own
+# `meson setup` options (read from examples/kubernetes/Dockerfile),
+# `meson install --destdir`, then every program and the shim run under
+# `env -i`, with no LD_LIBRARY_PATH: versions, a one-rank join against the
+# installed rdzvd, a probe under the installed shim through the installed
+# agent, the recipe's own check step, the runtime packages it installs, the
+# pkg-config file, man pages and the systemd unit.
+# Usage: install_test.sh SOURCE_ROOT. TAP.
 set -u
-build=$(cd "$1" && pwd)
-dest=$(mktemp -d /tmp/rdzv-install-XXXXXX)
-trap 'rm -rf "$dest"' EXIT
+src=$(cd "$1" && pwd)
+dockerfile=$src/examples/kubernetes/Dockerfile
+tmp=$(mktemp -d /tmp/rdzv-install-XXXXXX)
+cleanup() { [ -n "${pid:-}" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"; }
+trap cleanup EXIT
 n=0
 failed=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 not_ok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $1"; shift; for l in "$@"; do echo "# $l"; done; }
-check() { name=$1; shift; if "$@" >"$dest/.out" 2>&1; then ok "$name"; else not_ok "$name" "$(tail -5 "$dest/.out")"; fi; }
+check() { name=$1; shift; if "$@" >"$tmp/.out" 2>&1; then ok "$name"; else not_ok "$name" "$(tail -8 "$tmp/.out")"; fi; }
+bare() { env -i "$@"; }
 
-echo "1..11"
-option() {
-    meson introspect --buildoptions "$build" | python3 -c \
-        "import json,sys; print(next(o['value'] for o in json.load(sys.stdin) if o['name']=='$1'))"
-}
-prefix=$(option prefix)
-libdir=$(option libdir)
+echo "1..16"
+# The options after the source directory of the recipe's `meson setup` line.
+options=$(sed -n 's/.*meson setup [^ ]* [^ ]* \(.*\)/\1/p' "$dockerfile" | sed 's/ *&&.*//; s/ *\\$//')
+prefix=$(echo "$options" | sed -n 's/.*--prefix[ =]\([^ ]*\).*/\1/p')
+libdir=$(echo "$options" | sed -n 's/.*--libdir[ =]\([^ ]*\).*/\1/p')
+if [ -z "$prefix" ] || [ -z "$libdir" ]; then
+    echo "Bail out! no --prefix/--libdir in the Dockerfile's meson setup line: '$options'"
+    exit 1
+fi
 case $libdir in /*) ;; *) libdir=$prefix/$libdir ;; esac
-sanitize=$(option b_sanitize)
-root=$dest$prefix
-
-if ! meson install -C "$build" --destdir "$dest" --no-rebuild --quiet >"$dest/.install" 2>&1; then
-    not_ok "meson install --destdir" "$(tail -5 "$dest/.install")"
+# shellcheck disable=SC2086 # the recipe's options, split as the shell in RUN splits them
+if ! { meson setup "$tmp/build" "$src" $options && ninja -C "$tmp/build" &&
+       meson install -C "$tmp/build" --destdir "$tmp/dest" --no-rebuild --quiet; } >"$tmp/.build" 2>&1; then
+    not_ok "build and meson install with the recipe's options ($options)" "$(tail -8 "$tmp/.build")"
     echo "Bail out! nothing installed"
     exit 1
 fi
-ok "meson install --destdir"
+ok "build and meson install --destdir with the recipe's options ($options)"
+root=$tmp/dest$prefix
+lib=$tmp/dest$libdir
 
-export LD_LIBRARY_PATH="$dest$libdir"
-check "rdzvd and rdzv run from the install" sh -c \
-    "'$root/sbin/rdzvd' --version && '$root/bin/rdzv' --version && '$root/bin/rdzv' agent --help"
-check "librdzv has SONAME librdzv.so.0" sh -c \
-    "readelf -d '$dest$libdir/librdzv.so.0' | grep -q 'SONAME.*\\[librdzv.so.0\\]'"
-check "librdzv_shim.so and rdzv.h installed" test -f "$dest$libdir/librdzv_shim.so" -a -f "$root/include/rdzv.h"
+check "rdzv --version under env -i" bare "$root/bin/rdzv" --version
+check "rdzvd --version under env -i" bare "$root/sbin/rdzvd" --version
+# The recipe's own check, as the image's last stage runs it (its PATH).
+step=$(sed -n 's/^RUN \(rdzv --version.*\)/\1/p' "$dockerfile")
+if [ -n "$step" ]; then
+    check "the recipe's step '$step' passes on the installed tree" \
+        bare PATH="$root/bin:$root/sbin:/usr/bin:/bin" sh -c "$step"
+else
+    not_ok "the recipe runs rdzv --version and rdzvd --version as a build step" "no such RUN line in $dockerfile"
+fi
 
-pcdir=$dest$libdir/pkgconfig
-cat >"$dest/use_rdzv.c" <<'EOF'
+# Every library the installed programs load must come with a package that
+# the recipe's last stage installs (or one those depend on).
+runtime=$(awk '/^FROM/ { last = NR } { line[NR] = $0 } END {
+    for (i = last; i <= NR; i++) print line[i] }' "$dockerfile" |
+    sed -n '/apt-get install/,/rm -rf/p' | tr ' \\' '\n\n' | grep -E '^lib|^zlib' | sort -u)
+closure=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
+    --no-replaces --no-enhances $runtime 2>/dev/null | grep -v '^ ' | sed 's/:.*//' | sort -u)
+missing=""
+for elf in "$root/bin/rdzv" "$root/sbin/rdzvd" "$lib/librdzv.so.0" "$lib/librdzv_shim.so"; do
+    for so in $(bare /usr/bin/ldd "$elf" | sed -n 's/.*=> \(\/[^ ]*\) .*/\1/p'); do
+        case $so in "$tmp"/*) continue ;; esac
+        pkg=$(dpkg -S "$so" 2>/dev/null || dpkg -S "$(readlink -f "$so")" 2>/dev/null ||
+              dpkg -S "$(echo "$so" | sed 's,^/usr,,')" 2>/dev/null)
+        pkg=$(echo "$pkg" | head -1 | sed 's/:.*//')
+        echo "$closure" | grep -qx "$pkg" || missing="$missing $(basename "$so")($pkg)"
+    done
+done
+if [ -n "$runtime" ] && [ -z "$missing" ]; then
+    ok "every library the programs load comes with the recipe's runtime packages ($(echo $runtime))"
+else
+    not_ok "every library the programs load comes with the recipe's runtime packages" \
+        "runtime packages: $(echo $runtime)" "not provided:$missing"
+fi
+
+# A real installed rdzvd on loopback; the managed range below the kernel's
+# ephemeral ports, away from the defaults other tests use.
+base=$((23000 + $$ % 40 * 32))
+bare "$root/sbin/rdzvd" --bind 'tcp://127.0.0.1:*' --endpoint-file "$tmp/ep" --state-dir "$tmp/state" \
+    --no-nccl --port-base "$base" --port-limit $((base + 256)) >"$tmp/rdzvd.log" 2>&1 &
+pid=$!
+i=0
+while [ ! -s "$tmp/ep" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i + 1)); done
+ep=$(cat "$tmp/ep" 2>/dev/null)
+check "a one-rank rdzv join against the installed rdzvd" sh -c \
+    "env -i '$root/bin/rdzv' join --server '$ep' --group install --world 1 --rank 0 --format env >'$tmp/join' &&
+     grep -qx 'RDZV_WORLD=1' '$tmp/join' && grep -q '^VLLM_PORT=$base\$' '$tmp/join'"
+
+# Under the installed agent, with the installed shim it finds by itself: a
+# probe of VLLM_PORT is leased, the same probe without the shim is refused
+# (the agent holds the port), and a listener on it is served.
+probe='import os, socket, sys
+port = int(os.environ["VLLM_PORT"])
+s = socket.socket()
+try:
+    s.bind(("", port))
+except OSError as e:
+    print("refused", port, e.errno); sys.exit(1)
+print("leased", s.getsockname()[1], "of", port)
+s.close()
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", port)); l.listen(1)
+c = socket.create_connection(("127.0.0.1", port), timeout=5); a, _ = l.accept()
+print("listener", l.getsockname()[1])'
+bare "$root/bin/rdzv" agent --server "$ep" --group install-agent --world 1 --rank 0 \
+    --socket "$tmp/agent.sock" --port-range "$base-$((base + 256))" -- \
+    /bin/sh -c 'echo "LD_PRELOAD=$LD_PRELOAD"; /usr/bin/env -u LD_PRELOAD /usr/bin/python3 -c "$1"; /usr/bin/python3 -c "$1"' \
+    sh "$probe" >"$tmp/agent.out" 2>"$tmp/agent.err"
+rc=$?
+if [ $rc = 0 ]; then ok "rdzv agent runs its command under env -i"; else
+    not_ok "rdzv agent runs its command under env -i (rc $rc)" "$(tail -5 "$tmp/agent.err")" "$(cat "$tmp/agent.out")"; fi
+check "the agent preloads the installed shim, found beside itself" \
+    grep -qx "LD_PRELOAD=$root/bin/../lib/librdzv_shim.so" "$tmp/agent.out"
+vllm_port=$(sed -n 's/^refused \([0-9]*\) 98$/\1/p' "$tmp/agent.out")
+check "without the shim the agent's reservation refuses the probe (EADDRINUSE)" test -n "$vllm_port"
+check "under the installed shim the probe of VLLM_PORT is leased" \
+    grep -qx "leased $vllm_port of ${vllm_port:-none}" "$tmp/agent.out"
+check "under the installed shim a listener on it is handed over and accepts" \
+    grep -qx "listener ${vllm_port:-none}" "$tmp/agent.out"
+
+# A program built against the installed rdzv.pc, linked the way a user of a
+# non-system prefix links (a run path to the libdir pkg-config names).
+pcdir=$lib/pkgconfig
+pc="pkg-config --define-variable=prefix=$root"
+cat >"$tmp/use_rdzv.c" <<'C'
 #include <rdzv.h>
 #include <stdio.h>
 #include <string.h>
@@ -59,32 +145,25 @@ int main(void)
     printf("librdzv %s ok\n", RDZV_VERSION_STRING);
     return good && c == NULL ? 0 : 1;
 }
-EOF
-san=""
-[ "$sanitize" != none ] && san="-fsanitize=$sanitize"
-pc="pkg-config --define-variable=prefix=$root"
-check "pkg-config finds rdzv.pc" env PKG_CONFIG_PATH="$pcdir" $pc --exists rdzv
+C
 check "a program builds against the installed rdzv.pc" sh -c \
-    "cc $san -Wall -Werror -o '$dest/use_rdzv' '$dest/use_rdzv.c' \$(PKG_CONFIG_PATH='$pcdir' $pc --cflags --libs rdzv)"
-check "it runs and calls rdzv_client_new" "$dest/use_rdzv"
-check "it links librdzv.so.0 by SONAME" sh -c "readelf -d '$dest/use_rdzv' | grep -q 'NEEDED.*\\[librdzv.so.0\\]'"
-# A static link needs every library librdzv.so.0 itself needs: libc aside,
-# and the sanitizer runtimes a -Db_sanitize build adds (the compiler brings
-# those, not pkg-config).
-needed=$(readelf -d "$dest$libdir/librdzv.so.0" | sed -n 's/.*NEEDED.*\[lib\([^.]*\)\.so.*/\1/p' \
-         | grep -vx -e c -e asan -e ubsan -e tsan)
+    "cc -Wall -Werror -o '$tmp/use_rdzv' '$tmp/use_rdzv.c' \$(PKG_CONFIG_PATH='$pcdir' $pc --cflags --libs rdzv) \
+        -Wl,-rpath,\$(PKG_CONFIG_PATH='$pcdir' $pc --variable=libdir rdzv)"
+check "it runs under env -i and links librdzv.so.0 by SONAME" sh -c \
+    "env -i '$tmp/use_rdzv' && readelf -d '$tmp/use_rdzv' | grep -q 'NEEDED.*\\[librdzv.so.0\\]' &&
+     readelf -d '$lib/librdzv.so.0' | grep -q 'SONAME.*\\[librdzv.so.0\\]'"
+# A static link needs every library librdzv.so.0 itself needs, libc aside.
+needed=$(readelf -d "$lib/librdzv.so.0" | sed -n 's/.*NEEDED.*\[lib\([^.]*\)\.so.*/\1/p' | grep -vx c)
 check "pkg-config --static --libs rdzv names every library librdzv needs ($(echo $needed))" sh -c \
     "libs=\$(PKG_CONFIG_PATH='$pcdir' $pc --static --libs rdzv) && for l in $(echo $needed); do
          echo \" \$libs \" | grep -q -- \" -l\$l \" || { echo \"missing -l\$l in: \$libs\"; exit 1; }; done"
 
-mandir=$(option mandir)
-case $mandir in /*) ;; *) mandir=$prefix/$mandir ;; esac
+mandir=$root/share/man
 if command -v scdoc >/dev/null 2>&1; then
-    check "man pages rdzvd(8) rdzv(1) librdzv_shim(7)" test -s "$dest$mandir/man8/rdzvd.8" \
-        -a -s "$dest$mandir/man1/rdzv.1" -a -s "$dest$mandir/man7/librdzv_shim.7"
+    check "man pages rdzvd(8) rdzv(1) librdzv_shim(7)" test -s "$mandir/man8/rdzvd.8" \
+        -a -s "$mandir/man1/rdzv.1" -a -s "$mandir/man7/librdzv_shim.7"
 else
     n=$((n + 1)); echo "ok $n - man pages # SKIP scdoc is not installed"
 fi
-unit=$root/lib/systemd/system/rdzvd.service
-check "rdzvd.service names the installed rdzvd" grep -q "^ExecStart=$prefix/sbin/rdzvd " "$unit"
+check "rdzvd.service names the installed rdzvd" grep -q "^ExecStart=$prefix/sbin/rdzvd " "$root/lib/systemd/system/rdzvd.service"
 exit $((failed > 0))
