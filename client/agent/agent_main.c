@@ -35,6 +35,7 @@ typedef struct {
     int range_base;
     int range_limit;
     char *env_path;
+    int64_t epoch;             /* of the assignment PATH.env holds */
     pid_t child;
     bool done;
     int exit_code;
@@ -154,6 +155,7 @@ static void s_start_child(s_agent_t *self, const rdzv_assignment_t *a)
 static void s_start(s_agent_t *self, const rdzv_assignment_t *a)
 {
     s_read_range(self, a);
+    self->epoch = rdzv_assignment_epoch(a);
     if (s_reserve_plan(self, a) < 0)
         return;
     rdzv_lease_t *lease = rdzv_lease_new(self->range_base, self->range_limit,
@@ -198,7 +200,8 @@ static void s_update(s_agent_t *self, const rdzv_assignment_t *a)
         s_fatal(self, RDZV_AGENT_EXIT_REFUSED, why);
         return;
     }
-    rdzv_agent_serve_set_epoch(self->serve, rdzv_assignment_epoch(a));
+    self->epoch = rdzv_assignment_epoch(a);
+    rdzv_agent_serve_set_epoch(self->serve, self->epoch);
     s_write_env_file(self, a);
 }
 
@@ -240,6 +243,28 @@ static void s_on_signal(s_agent_t *self)
     }
 }
 
+/* Sidecar mode: the engine's last process has gone. An engine that started
+ * in the current epoch failed or was stopped on its own, and the group needs
+ * a new epoch: join again under a new session, and take PATH.env away until
+ * that epoch has formed, so that no engine starts from the finished one. An
+ * engine that started in an earlier epoch was restarted because the group
+ * moved on (another rank's engine went); a new epoch then would restart
+ * every other rank's engine again, without end. */
+static void s_on_engine_gone(s_agent_t *self, int64_t started_epoch)
+{
+    int64_t now = self->epoch;
+    if (started_epoch < now) {
+        fprintf(stderr, "rdzv agent: the engine of epoch %lld has gone; its ports return to "
+                "the plan, and the next engine joins epoch %lld\n",
+                (long long) started_epoch, (long long) now);
+        return;
+    }
+    fprintf(stderr, "rdzv agent: the engine has gone; its ports return to the plan, and the "
+            "group moves to a new epoch\n");
+    unlink(self->env_path);
+    rdzv_agent_control_rejoin(self->control);
+}
+
 static void s_loop(s_agent_t *self)
 {
     struct pollfd pfd[AGENT_MAX_POLL];
@@ -260,10 +285,9 @@ static void s_loop(s_agent_t *self)
             s_on_control(self);
         if (self->serve && n > 2) {
             rdzv_agent_serve_handle(self->serve, pfd + 2, n - 2);
-            if (rdzv_agent_serve_take_engine_gone(self->serve)) {
-                fprintf(stderr, "rdzv agent: the engine has gone; its ports return to the plan\n");
-                rdzv_agent_control_rejoin(self->control);
-            }
+            int64_t started;
+            if (rdzv_agent_serve_take_engine_gone(self->serve, &started))
+                s_on_engine_gone(self, started);
         }
     }
 }

@@ -48,6 +48,7 @@ struct rdzv_agent_serve {
     bool reset_when_idle;
     bool engine_gone;
     bool ever_served;
+    int64_t engine_epoch;        /* the epoch when the engine's first process came */
     int64_t epoch;
     s_conn_t conns[RDZV_AGENT_MAX_CONNS];
     size_t nconns;
@@ -243,6 +244,8 @@ static void s_accept(rdzv_agent_serve_t *self)
     }
     self->conns[self->nconns++] = (s_conn_t) {
         .fd = fd, .id = self->next_id++, .pid = cred.pid, .uid = cred.uid };
+    if (!self->ever_served)
+        self->engine_epoch = self->epoch;
     self->ever_served = true;
 }
 
@@ -488,10 +491,11 @@ void rdzv_agent_serve_handle(rdzv_agent_serve_t *self, const struct pollfd *pfd,
     }
 }
 
-bool rdzv_agent_serve_take_engine_gone(rdzv_agent_serve_t *self)
+bool rdzv_agent_serve_take_engine_gone(rdzv_agent_serve_t *self, int64_t *started_epoch)
 {
     bool gone = self->engine_gone;
     self->engine_gone = false;
+    *started_epoch = self->engine_epoch;
     return gone;
 }
 

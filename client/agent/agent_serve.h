@@ -39,8 +39,9 @@ size_t rdzv_agent_serve_pollfds(rdzv_agent_serve_t *self, struct pollfd *pfd,
 void rdzv_agent_serve_handle(rdzv_agent_serve_t *self, const struct pollfd *pfd,
                              size_t n);
 /* True once each time the last engine process went away while
- * reset_when_idle is set (its leases are then already reset). */
-bool rdzv_agent_serve_take_engine_gone(rdzv_agent_serve_t *self);
+ * reset_when_idle is set (its leases are then already reset); started_epoch
+ * is then the epoch served when that engine's first process connected. */
+bool rdzv_agent_serve_take_engine_gone(rdzv_agent_serve_t *self, int64_t *started_epoch);
 void rdzv_agent_serve_set_epoch(rdzv_agent_serve_t *self, int64_t epoch);
 
 #endif

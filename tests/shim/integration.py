@@ -112,8 +112,12 @@ class Pod:
         return json.loads(self.py(code, env=env).stdout.strip().splitlines()[-1])
 
     def env_file(self):
-        with open(self.sock + ".env") as f:
-            return dict(line.split("=", 1) for line in f.read().splitlines() if "=" in line)
+        """PATH.env as a dict; {} while the agent has withdrawn it."""
+        try:
+            with open(self.sock + ".env") as f:
+                return dict(line.split("=", 1) for line in f.read().splitlines() if "=" in line)
+        except FileNotFoundError:
+            return {}
 
     def stop_agent(self):
         """SIGTERM to a sidecar agent: it must exit 0, and cleanly."""
@@ -554,6 +558,89 @@ def case_new_engine_epoch(pod):
           "rdzv status: %s" % status.stdout)
 
 
+# An engine as the StatefulSet example starts one: it notes the epoch of
+# the env file it started from, holds a plan port through the shim (so the
+# agent counts it as the engine) and waits to be killed.
+EPOCH_ENGINE = """
+import os, socket, sys, time
+env = dict(l.split("=", 1) for l in open(sys.argv[1]).read().splitlines() if "=" in l)
+open(sys.argv[2], "w").write(env["RDZV_EPOCH"])
+s = socket.socket(); s.bind(("0.0.0.0", int(env["VLLM_PORT"])))
+print("up", env["RDZV_EPOCH"], flush=True)
+time.sleep(600)
+"""
+
+
+def case_epoch_follows(opts, index):
+    """Two sidecar agents of one group. Rank 0's engine dies: the group moves
+    to epoch 2, and rank 0's env file is gone until epoch 2 has formed. Rank
+    1's engine, still on epoch 1, is then restarted (as a liveness probe that
+    compares epochs would): its agent must not move the group again, or each
+    rank's restart would restart the others without end."""
+    tmp = tempfile.TemporaryDirectory(prefix="rdzv-epoch-")
+    second = {}
+
+    def start_rank1(pod):
+        second["sock"] = os.path.join(tmp.name, "rank1.sock")
+        second["log"] = os.path.join(tmp.name, "rank1.log")
+        second["agent"] = subprocess.Popen(
+            [opts.rdzv, "agent", "--server", pod.endpoint, "--group", "g%d" % index,
+             "--world", "2", "--rank", "1", "--host", "127.0.0.1", "--node", "n",
+             "--socket", second["sock"], "--port-range", "%d-%d" % (pod.base, pod.limit),
+             "--shim", opts.shim, "--heartbeat", "3", "--timeout", "20"],
+            stderr=open(second["log"], "w"))
+
+    pod = Pod(opts, index, agent_args=["--world", "2"], before_agent=start_rank1)
+    engines = []
+
+    def engine(sock, name):
+        p = subprocess.Popen([PY, "-c", EPOCH_ENGINE, sock + ".env", os.path.join(tmp.name, name)],
+                             env=pod.env(RDZV_AGENT_SOCKET=sock), stdout=subprocess.PIPE, text=True)
+        engines.append(p)
+        line = p.stdout.readline().split()
+        check(line[:1] == ["up"], "an engine did not start under the shim")
+        return p, int(line[1])
+
+    def epoch_of(sock):
+        try:
+            env = dict(l.split("=", 1) for l in open(sock + ".env").read().splitlines() if "=" in l)
+        except FileNotFoundError:
+            return None
+        return int(env["RDZV_EPOCH"])
+
+    try:
+        wait_for(lambda: os.path.exists(second["sock"]), "rank 1's socket")
+        e0, ep0 = engine(pod.sock, "e0")
+        e1, ep1 = engine(second["sock"], "e1")
+        check(ep0 == ep1 == 1, "both engines start in epoch 1: %d %d" % (ep0, ep1))
+        e0.kill(); e0.wait()
+        # Rank 1 heartbeats every 3 s, so epoch 2 takes that long to form.
+        wait_for(lambda: epoch_of(pod.sock) is None, "rank 0's env file withdrawn until "
+                 "epoch 2 forms", timeout=3)
+        wait_for(lambda: epoch_of(second["sock"]) == 2 and epoch_of(pod.sock) == 2,
+                 "epoch 2 in both env files")
+        e1.kill(); e1.wait()     # what the liveness probe makes kubelet do
+        time.sleep(7)            # two of rank 1's heartbeats: time for a needless move
+        check(epoch_of(pod.sock) == 2 and epoch_of(second["sock"]) == 2,
+              "the restart of an engine of epoch 1 moved the group again: %s %s"
+              % (epoch_of(pod.sock), epoch_of(second["sock"])))
+        _, n0 = engine(pod.sock, "n0")
+        _, n1 = engine(second["sock"], "n1")
+        check(n0 == n1 == 2, "the new engines start in epoch 2: %d %d" % (n0, n1))
+        log = open(second["log"]).read()
+        check("the engine of epoch 1 has gone" in log, "rank 1's agent log: %s" % log)
+    finally:
+        for p in engines:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        if second.get("agent") and second["agent"].poll() is None:
+            second["agent"].terminate()
+            second["agent"].wait(timeout=10)
+        pod.close()
+        tmp.cleanup()
+
+
 def case_cmd(opts, index):
     """With -- CMD: CMD gets the assignment, LD_PRELOAD (prepended),
     RDZV_AGENT_SOCKET; the agent exits with CMD's status; PATH.env and the
@@ -861,7 +948,7 @@ OWN_CASES = {"cmd": case_cmd, "cmd_signal": case_cmd_signal,
              "cmd_not_runnable": case_cmd_not_runnable,
              "group_deleted": case_group_deleted, "replan": case_replan,
              "cmd_sighup": case_cmd_sighup, "sidecar_sigquit": case_sidecar_sigquit,
-             "rank_taken": case_rank_taken}
+             "rank_taken": case_rank_taken, "epoch_follows": case_epoch_follows}
 CASES = list(POD_CASES) + list(OWN_CASES)
 
 
