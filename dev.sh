@@ -25,6 +25,23 @@ install_packages() {
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing
 }
 
+# Test tooling from the npm registry, never part of the product: the
+# Kubernetes schema validator of tests/ops/k8s (its lock file pins it).
+# The manifest tests also need kubectl 1.27 or newer for `kubectl kustomize`;
+# Debian 12's kubernetes-client is older, so without kubectl they are skipped.
+install_test_tools() {
+    if ! command -v npm >/dev/null 2>&1; then
+        as_root apt-get update -qq
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm
+    fi
+    if [ ! -d tests/ops/k8s/node_modules ]; then
+        echo "dev.sh: npm ci in tests/ops/k8s"
+        (cd tests/ops/k8s && npm ci --no-audit --no-fund --loglevel=error)
+    fi
+    command -v kubectl >/dev/null 2>&1 ||
+        echo "dev.sh: kubectl not found: the Kubernetes manifest tests will be skipped"
+}
+
 build() {
     dir=$1
     shift
@@ -42,6 +59,7 @@ demo() {
 
 run_tests() {
     install_packages
+    install_test_tools
     build build-ci -Dwerror=true
     meson test -C build-ci --print-errorlogs --num-processes 2
     # The same suite with the sanitizers; a finding fails the run.
