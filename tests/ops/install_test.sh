@@ -20,7 +20,7 @@ not_ok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $1"; shift; f
 check() { name=$1; shift; if "$@" >"$tmp/.out" 2>&1; then ok "$name"; else not_ok "$name" "$(tail -8 "$tmp/.out")"; fi; }
 bare() { env -i "$@"; }
 
-echo "1..16"
+echo "1..17"
 # The options after the source directory of the recipe's `meson setup` line.
 options=$(sed -n 's/.*meson setup [^ ]* [^ ]* \(.*\)/\1/p' "$dockerfile" | sed 's/ *&&.*//; s/ *\\$//')
 prefix=$(echo "$options" | sed -n 's/.*--prefix[ =]\([^ ]*\).*/\1/p')
@@ -120,6 +120,11 @@ check "under the installed shim the probe of VLLM_PORT is leased" \
     grep -qx "leased $vllm_port of ${vllm_port:-none}" "$tmp/agent.out"
 check "under the installed shim a listener on it is handed over and accepts" \
     grep -qx "listener ${vllm_port:-none}" "$tmp/agent.out"
+
+# The image's way to make the Kubernetes Secrets: no kubectl needed.
+check "rdzv-make-secrets --print makes four Secrets under env -i" sh -c \
+    "env -i PATH='$root/bin:/usr/bin:/bin' '$root/bin/rdzv-make-secrets' --print >'$tmp/secrets.yaml' &&
+     test \$(grep -c '^kind: Secret\$' '$tmp/secrets.yaml') = 4"
 
 # A program built against the installed rdzv.pc, linked the way a user of a
 # non-system prefix links (a run path to the libdir pkg-config names).

@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""Loads every manifest of examples/kubernetes and checks the wiring against
-the binaries: the agent's socket path, the flags and variables rdzvd and rdzv
-accept, the names the assignment's env file really has (from a real rdzvd on
-loopback), ports and ranges, native-sidecar ordering, images and probes.
-Prints TAP."""
+"""The Kubernetes example as a user applies it: each overlay of
+examples/kubernetes rendered with `kubectl kustomize`, every object checked
+against the official Kubernetes schemas (tests/ops/k8s/validate.mjs,
+LeaderWorkerSets against their CRD's structure), and the wiring checked
+against the built rdzv and rdzvd and a real rdzvd on loopback: flags,
+variables, the assignment's env file, ports, native-sidecar order, probes,
+settings made once. The engine's start script and liveness probe run in a
+real shell with a stand-in for vllm. Prints TAP."""
 import argparse
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -15,15 +19,17 @@ import time
 
 import yaml
 
+OVERLAYS = ["statefulset", "lws"]
 ENGINE_FLAGS = ["--data-parallel-size", "--data-parallel-rank", "--data-parallel-address",
                 "--data-parallel-rpc-port", "--tensor-parallel-size", "--enable-expert-parallel"]
-# Variables Kubernetes or LWS put in a container, not ours to check.
-FOREIGN_VARS = {"LWS_WORKER_INDEX", "LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "HOME", "PATH"}
+# Variables LWS puts in every container ahead of the Pod's own.
+LWS_VARS = {"LWS_WORKER_INDEX": "1", "LWS_LEADER_ADDRESS": "llm-0.llm.ns", "LWS_GROUP_SIZE": None}
+SHELL_VARS = {"HOME", "PATH"}
+EPHEMERAL = (32768, 60999)          # the kernel's default ip_local_port_range
 
 
-def docs_of(path):
-    with open(path) as f:
-        return [d for d in yaml.safe_load_all(f) if d is not None]
+class Skip(Exception):
+    pass
 
 
 def flag_value(args, flag):
@@ -42,11 +48,6 @@ def flags_in(args):
 
 def env_of(container):
     return {e["name"]: e for e in container.get("env", [])}
-
-
-def env_value(container, name):
-    e = env_of(container).get(name)
-    return None if e is None else e.get("value")
 
 
 def mount_dir(container, volume):
@@ -79,28 +80,107 @@ def script_words(script):
     return shlex.split(script.replace("\\\n", " "), comments=True)
 
 
+def expand(value, env):
+    """Kubernetes' $(VAR) expansion: defined names are replaced, $$ is a
+    literal $, anything else stays as written."""
+    return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                  lambda m: "$" if m.group(0) == "$$" else
+                  env.get(m.group(1), m.group(0)), value)
+
+
+class Overlay:
+    """One overlay rendered by kubectl kustomize."""
+
+    def __init__(self, kdir, name):
+        self.name = name
+        self.text = render(os.path.join(kdir, name))
+        self.docs = [d for d in yaml.safe_load_all(self.text) if d]
+
+    def objects(self, kind):
+        return [d for d in self.docs if d["kind"] == kind]
+
+    def one(self, kind, name):
+        found = [d for d in self.objects(kind) if d["metadata"]["name"] == name]
+        assert len(found) == 1, f"{self.name}: want one {kind} {name}, found {len(found)}"
+        return found[0]
+
+    def settings(self):
+        return self.one("ConfigMap", "rdzv-settings")["data"]
+
+    def env(self, container, lws_size=None):
+        """The container's environment as the kubelet builds it: envFrom
+        ConfigMaps, then env in order with $(VAR) expanded; downward-API
+        fields as <fieldRef:PATH>."""
+        env = {}
+        if self.workload()["kind"] == "LeaderWorkerSet":
+            env.update({k: v for k, v in LWS_VARS.items() if v})
+            env["LWS_GROUP_SIZE"] = str(self.world_of_workload())
+        for src in container.get("envFrom", []):
+            env.update(self.one("ConfigMap", src["configMapRef"]["name"])["data"])
+        for e in container.get("env", []):
+            if "value" in e:
+                env[e["name"]] = expand(e["value"], env)
+            else:
+                env[e["name"]] = "<fieldRef:%s>" % e["valueFrom"]["fieldRef"]["fieldPath"]
+        return env
+
+    def args(self, container):
+        env = self.env(container)
+        return [expand(a, env) for a in container.get("args", [])]
+
+    def rdzvd(self):
+        dep = self.one("Deployment", "rdzvd")
+        return dep, dep["spec"]["template"]["spec"]["containers"][0]
+
+    def rdzvd_args(self):
+        return self.args(self.rdzvd()[1])
+
+    def workload(self):
+        found = self.objects("StatefulSet") + self.objects("LeaderWorkerSet")
+        assert len(found) == 1, f"{self.name}: want one rank workload, found {len(found)}"
+        return found[0]
+
+    def world_of_workload(self):
+        w = self.workload()
+        return w["spec"]["replicas"] if w["kind"] == "StatefulSet" \
+            else w["spec"]["leaderWorkerTemplate"]["size"]
+
+    def pod(self):
+        w = self.workload()
+        return w["spec"]["template"]["spec"] if w["kind"] == "StatefulSet" \
+            else w["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+
+    def agent_and_engine(self):
+        pod = self.pod()
+        agents = [c for c in pod.get("initContainers", []) if (c.get("args") or [None])[0] == "agent"]
+        assert len(agents) == 1, f"{self.name}: want exactly one `rdzv agent` init container"
+        engines = [c for c in pod["containers"] if "vllm serve" in script_of(c)]
+        assert len(engines) == 1, f"{self.name}: want exactly one container running vllm serve"
+        return agents[0], engines[0]
+
+
+def render(path):
+    p = subprocess.run(["kubectl", "kustomize", path], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, f"kubectl kustomize {path}: {p.stderr.strip()}"
+    return p.stdout
+
+
 class Context:
     def __init__(self, root, rdzv, rdzvd):
         self.root = root
         self.kdir = os.path.join(root, "examples", "kubernetes")
         self.rdzv = rdzv
         self.rdzvd = rdzvd
-        self.files = sorted(f for f in os.listdir(self.kdir) if f.endswith((".yaml", ".yml")))
-        self.docs = {f: docs_of(os.path.join(self.kdir, f)) for f in self.files}
+        if not shutil.which("kubectl"):
+            raise Skip("kubectl is not installed (kubectl kustomize renders the overlays)")
+        self.overlays = [Overlay(self.kdir, o) for o in OVERLAYS]
         self.rdzvd_help = subprocess.run([rdzvd, "--help"], capture_output=True, text=True).stdout
         self.agent_help = subprocess.run([rdzv, "agent", "--help"], capture_output=True,
                                          text=True).stdout
         self.binary_strings = self._strings()
-        self.env_names = self._assignment_env_names()
+        self.env_text = self._assignment_env()
+        self.env_names = {line.split("=", 1)[0] for line in self.env_text.splitlines() if "=" in line}
         self.secrets = self._secrets_made()
-
-    def objects(self, kind):
-        return [(f, d) for f in self.files for d in self.docs[f] if d.get("kind") == kind]
-
-    def one(self, kind, name):
-        found = [d for _, d in self.objects(kind) if d["metadata"]["name"] == name]
-        assert len(found) == 1, f"want one {kind} {name}, found {len(found)}"
-        return found[0]
 
     def _strings(self):
         """Printable runs of the rdzv binary, librdzv and the shim."""
@@ -113,12 +193,16 @@ class Context:
                     blobs.append(f.read())
         return set(m.decode() for b in blobs for m in re.findall(rb"[A-Z][A-Z0-9_]{3,}", b))
 
-    def _assignment_env_names(self):
-        """KEY names of a real `rdzv join --format env` against a real rdzvd."""
+    def _assignment_env(self):
+        """A real `rdzv join --format env` against a real rdzvd, with the
+        example's port settings."""
+        s = self.overlays[0].settings()
         with tempfile.TemporaryDirectory() as tmp:
             epfile = os.path.join(tmp, "endpoint")
             proc = subprocess.Popen([self.rdzvd, "--bind", "tcp://127.0.0.1:*", "--endpoint-file",
-                                     epfile, "--state-dir", os.path.join(tmp, "state"), "--no-nccl"],
+                                     epfile, "--state-dir", os.path.join(tmp, "state"), "--no-nccl",
+                                     "--port-base", s["PORT_BASE"], "--port-limit", s["PORT_LIMIT"],
+                                     "--ports-per-rank", s["PORTS_PER_RANK"]],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
                 deadline = time.time() + 20
@@ -126,290 +210,465 @@ class Context:
                     time.sleep(0.05)
                 with open(epfile) as f:
                     endpoint = f.read().strip()
-                out = subprocess.run([self.rdzv, "join", "--server", endpoint, "--group", "m",
-                                      "--world", "1", "--rank", "0", "--format", "env",
-                                      "--timeout", "20"],
-                                     capture_output=True, text=True, timeout=30, check=True).stdout
+                return subprocess.run([self.rdzv, "join", "--server", endpoint, "--group", "m",
+                                       "--world", "1", "--rank", "0", "--format", "env",
+                                       "--timeout", "20"],
+                                      capture_output=True, text=True, timeout=30, check=True).stdout
             finally:
                 proc.terminate()
                 proc.wait(timeout=10)
-        return {line.split("=", 1)[0] for line in out.splitlines() if "=" in line}
 
     def _secrets_made(self):
-        """Secret name -> file keys, as make-secrets.sh creates them."""
-        with open(os.path.join(self.kdir, "make-secrets.sh")) as f:
-            text = f.read().replace("\\\n", " ")
-        made = {}
-        for m in re.finditer(r"create secret generic (\S+)((?:\s+--from-file=\S+)+)", text):
-            made[m.group(1)] = {os.path.basename(p.strip('"'))
-                                for p in re.findall(r"--from-file=(\S+)", m.group(2))}
-        return made
+        """Secret name -> file keys, from a real `make-secrets.sh --print`."""
+        return {d["metadata"]["name"]: set(d["data"]) for d in self.print_secrets()}
+
+    def print_secrets(self, path=None):
+        env = dict(os.environ, RDZV=self.rdzv)
+        if path:
+            env["PATH"] = path
+        p = subprocess.run(["/bin/sh", os.path.join(self.kdir, "make-secrets.sh"), "--print"],
+                           env=env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        return [d for d in yaml.safe_load_all(p.stdout) if d]
 
 
-def rdzvd_container(ctx):
-    dep = ctx.one("Deployment", "rdzvd")
-    return dep, dep["spec"]["template"]["spec"]["containers"][0]
+# --- checks: each runs on every overlay ---
+
+def check_official_schemas(ctx, ov):
+    """Every rendered object against the official schemas (LWS: its CRD's structure)."""
+    k8s = os.path.join(ctx.root, "tests", "ops", "k8s")
+    if not os.path.isdir(os.path.join(k8s, "node_modules")):
+        raise Skip("tests/ops/k8s has no node_modules (npm ci --prefix tests/ops/k8s)")
+    p = subprocess.run(["node", os.path.join(k8s, "validate.mjs")], input=ov.text,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, (p.stdout + p.stderr).strip()
+    return "%d objects" % sum(1 for line in p.stdout.splitlines() if line.startswith("ok "))
 
 
-def rdzvd_args(ctx):
-    return rdzvd_container(ctx)[1]["args"]
+def check_rdzvd_deployment(ctx, ov):
+    dep, c = ov.rdzvd()
+    assert dep["spec"]["replicas"] == 1
+    assert dep["spec"]["strategy"]["type"] == "Recreate", "a rolling update would run two rdzvd"
+    args = ov.rdzvd_args()
+    vol = volume_at(c, flag_value(args, "--state-dir"))
+    vols = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
+    ov.one("PersistentVolumeClaim", vols[vol]["persistentVolumeClaim"]["claimName"])
+    for flag in flags_in(args):
+        assert flag in ctx.rdzvd_help, f"rdzvd --help has no {flag}"
+    s = ov.settings()
+    for flag, key in (("--port-base", "PORT_BASE"), ("--port-limit", "PORT_LIMIT"),
+                      ("--ports-per-rank", "PORTS_PER_RANK")):
+        assert flag_value(args, flag) == s[key], f"rdzvd {flag} {flag_value(args, flag)}, not {key}"
 
 
-def http_port(ctx):
-    value = flag_value(rdzvd_args(ctx), "--http")
+def http_port(ov):
+    value = flag_value(ov.rdzvd_args(), "--http")
     assert value, "rdzvd has no --http"
     return int(value.rsplit(":", 1)[-1])
 
 
-def managed_range(ctx):
-    args = rdzvd_args(ctx)
-    return int(flag_value(args, "--port-base")), int(flag_value(args, "--port-limit"))
-
-
-def rank_workloads(ctx):
-    """(label, pod spec, world, replicas-or-size, kind) of every rank workload."""
-    out = []
-    for f, d in ctx.objects("StatefulSet"):
-        out.append((f"{f}:StatefulSet/{d['metadata']['name']}", d["spec"]["template"]["spec"],
-                    d["spec"]["replicas"], d))
-    for f, d in ctx.objects("LeaderWorkerSet"):
-        t = d["spec"]["leaderWorkerTemplate"]
-        out.append((f"{f}:LeaderWorkerSet/{d['metadata']['name']}", t["workerTemplate"]["spec"],
-                    t["size"], d))
-    assert out, "no rank workload"
-    return out
-
-
-def agent_and_engine(pod):
-    agents = [c for c in pod.get("initContainers", []) if (c.get("args") or [None])[0] == "agent"]
-    assert len(agents) == 1, "want exactly one `rdzv agent` init container"
-    engines = [c for c in pod["containers"] if "vllm serve" in script_of(c)]
-    assert len(engines) == 1, "want exactly one container running vllm serve"
-    return agents[0], engines[0]
-
-
-# --- checks ---
-
-def check_every_manifest_loads(ctx):
-    assert ctx.files, "no manifests"
-    for f in ctx.files:
-        for d in ctx.docs[f]:
-            if d.get("kind") == "Kustomization":
-                for r in d["resources"]:
-                    assert os.path.exists(os.path.join(ctx.kdir, r)), f"{f}: missing {r}"
-                continue
-            for key in ("apiVersion", "kind", "metadata"):
-                assert key in d, f"{f}: a document lacks {key}"
-            assert d["metadata"].get("name"), f"{f}: a {d['kind']} has no name"
-
-
-def check_rdzvd_deployment(ctx):
-    dep, c = rdzvd_container(ctx)
-    assert dep["spec"]["replicas"] == 1
-    assert dep["spec"]["strategy"]["type"] == "Recreate", "a rolling update would run two rdzvd"
-    state = flag_value(c["args"], "--state-dir")
-    vol = volume_at(c, state)
-    vols = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
-    claim = vols[vol]["persistentVolumeClaim"]["claimName"]
-    ctx.one("PersistentVolumeClaim", claim)
-    for flag in flags_in(c["args"]):
-        assert flag in ctx.rdzvd_help, f"rdzvd --help has no {flag}"
-
-
-def check_rdzvd_probes_and_metrics_port(ctx):
-    dep, c = rdzvd_container(ctx)
-    port = http_port(ctx)
-    host = flag_value(c["args"], "--http").rsplit(":", 1)[0]
+def check_rdzvd_probes_and_metrics_port(ctx, ov):
+    dep, c = ov.rdzvd()
+    port = http_port(ov)
+    host = flag_value(ov.rdzvd_args(), "--http").rsplit(":", 1)[0]
     assert host in ("0.0.0.0", "[::]"), "probes come from the kubelet: --http must not be loopback"
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
         assert c[probe]["httpGet"]["port"] == port, f"{probe} is not on --http's port {port}"
     ann = dep["spec"]["template"]["metadata"]["annotations"]
-    assert ann["prometheus.io/scrape"] == "true"
-    assert int(ann["prometheus.io/port"]) == port
+    assert ann["prometheus.io/scrape"] == "true" and int(ann["prometheus.io/port"]) == port
     assert ann["prometheus.io/path"] == "/metrics"
     assert port in [p["containerPort"] for p in c["ports"]]
 
 
-def check_rdzvd_service(ctx):
-    svc = ctx.one("Service", "rdzvd")
-    bind_port = int(flag_value(rdzvd_args(ctx), "--bind").rsplit(":", 1)[-1])
-    ports = [p["port"] for p in svc["spec"]["ports"]]
-    assert bind_port in ports and http_port(ctx) in ports, ports
+def bind_port(ov):
+    return int(flag_value(ov.rdzvd_args(), "--bind").rsplit(":", 1)[-1])
 
 
-def check_rdzvd_secrets(ctx):
-    dep, c = rdzvd_container(ctx)
+def check_rdzvd_service(ctx, ov):
+    ports = [p["port"] for p in ov.one("Service", "rdzvd")["spec"]["ports"]]
+    assert bind_port(ov) in ports and http_port(ov) in ports, ports
+
+
+def check_rdzvd_secrets(ctx, ov):
+    dep, c = ov.rdzvd()
     vols = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
     for flag in ("--curve-secret", "--clients", "--group-token"):
-        path = flag_value(c["args"], flag)
+        path = flag_value(ov.rdzvd_args(), flag)
         assert path, f"rdzvd lacks {flag}"
-        vol = vols[volume_at(c, path)]
-        secret = vol["secret"]["secretName"]
+        secret = vols[volume_at(c, path)]["secret"]["secretName"]
         assert secret in ctx.secrets, f"make-secrets.sh does not make {secret}"
         if flag != "--clients":
             assert os.path.basename(path) in ctx.secrets[secret], f"{secret} has no {path}"
 
 
-def check_native_sidecar(ctx):
-    for label, pod, _, _ in rank_workloads(ctx):
-        agent, engine = agent_and_engine(pod)
-        assert agent.get("restartPolicy") == "Always", f"{label}: agent is not a native sidecar"
-        names = [c["name"] for c in pod["initContainers"]]
-        for c in pod["initContainers"]:
-            if c.get("restartPolicy") != "Always":
-                # A run-to-completion init container after the sidecar would
-                # wait for the assignment; before it, it must not need it.
-                assert names.index(c["name"]) < names.index(agent["name"]), \
-                    f"{label}: {c['name']} runs after the agent sidecar"
-        probe = agent["startupProbe"]["exec"]["command"]
-        sock = flag_value(agent["args"], "--socket")
-        assert probe == ["test", "-S", sock], f"{label}: startup probe {probe} is not on {sock}"
+def check_native_sidecar(ctx, ov):
+    pod = ov.pod()
+    agent, _ = ov.agent_and_engine()
+    assert agent.get("restartPolicy") == "Always", "the agent is not a native sidecar"
+    names = [c["name"] for c in pod["initContainers"]]
+    for c in pod["initContainers"]:
+        if c.get("restartPolicy") != "Always":
+            # A run-to-completion init container after the sidecar would
+            # wait for the assignment; before it, it must not need it.
+            assert names.index(c["name"]) < names.index(agent["name"]), \
+                f"{c['name']} runs after the agent sidecar"
+    probe = agent["startupProbe"]["exec"]["command"]
+    sock = flag_value(agent["args"], "--socket")
+    assert probe == ["test", "-S", sock], f"startup probe {probe} is not on {sock}"
 
 
-def check_socket_path_everywhere(ctx):
-    for label, pod, _, _ in rank_workloads(ctx):
-        agent, engine = agent_and_engine(pod)
-        sock = flag_value(agent["args"], "--socket")
-        assert env_value(engine, "RDZV_AGENT_SOCKET") == sock, label
-        words = script_words(script_of(engine))
-        sourced = [words[i + 1] for i, w in enumerate(words) if w in (".", "source")]
-        assert sourced == [sock + ".env"], f"{label}: the engine sources {sourced}"
-        shared = volume_at(agent, sock)
-        assert shared and volume_at(engine, sock) == shared, f"{label}: socket dir not shared"
-        assert mount_dir(agent, shared) == mount_dir(engine, shared) == os.path.dirname(sock)
-        vols = {v["name"]: v for v in pod["volumes"]}
-        assert "emptyDir" in vols[shared], f"{label}: {shared} is not an emptyDir"
+def check_socket_path_everywhere(ctx, ov):
+    pod = ov.pod()
+    agent, engine = ov.agent_and_engine()
+    sock = flag_value(agent["args"], "--socket")
+    assert ov.env(engine)["RDZV_AGENT_SOCKET"] == sock
+    words = script_words(script_of(engine))
+    sourced = [words[i + 1] for i, w in enumerate(words) if w in (".", "source")]
+    assert sourced == [sock + ".env"], f"the engine sources {sourced}"
+    shared = volume_at(agent, sock)
+    assert shared and volume_at(engine, sock) == shared, "socket dir not shared"
+    assert mount_dir(agent, shared) == mount_dir(engine, shared) == os.path.dirname(sock)
+    assert "emptyDir" in {v["name"]: v for v in pod["volumes"]}[shared], f"{shared} is not an emptyDir"
 
 
-def check_agent_flags_and_variables(ctx):
-    for label, pod, _, _ in rank_workloads(ctx):
-        agent, _ = agent_and_engine(pod)
-        for flag in flags_in(agent["args"]):
-            assert flag in ctx.agent_help, f"{label}: rdzv agent --help has no {flag}"
-        for name in env_of(agent):
-            if name.startswith("RDZV_"):
-                assert name in ctx.binary_strings, f"{label}: no binary reads {name}"
-        for name in ("RDZV_SERVER", "RDZV_GROUP", "RDZV_WORLD", "RDZV_RANK"):
-            assert name in env_of(agent), f"{label}: agent lacks {name}"
+def check_agent_flags_and_variables(ctx, ov):
+    agent, _ = ov.agent_and_engine()
+    for flag in flags_in(agent["args"]):
+        assert flag in ctx.agent_help, f"rdzv agent --help has no {flag}"
+    env = ov.env(agent)
+    for name in env_of(agent):
+        if name.startswith("RDZV_"):
+            assert name in ctx.binary_strings, f"no binary reads {name}"
+    for name in ("RDZV_SERVER", "RDZV_GROUP", "RDZV_WORLD", "RDZV_RANK"):
+        assert name in env, f"agent lacks {name}"
+        assert "$(" not in env[name], f"{name}={env[name]} refers to an unset variable"
 
 
-def check_agent_reaches_rdzvd(ctx):
-    svc = ctx.one("Service", "rdzvd")
-    for label, pod, _, _ in rank_workloads(ctx):
-        agent, _ = agent_and_engine(pod)
-        m = re.fullmatch(r"tcp://([^:]+):(\d+)", env_value(agent, "RDZV_SERVER"))
-        assert m and m.group(1).split(".")[0] == svc["metadata"]["name"], label
-        assert int(m.group(2)) in [p["port"] for p in svc["spec"]["ports"]], label
+def check_agent_reaches_rdzvd(ctx, ov):
+    svc = ov.one("Service", "rdzvd")
+    agent, _ = ov.agent_and_engine()
+    m = re.fullmatch(r"tcp://([^:]+):(\d+)", ov.env(agent)["RDZV_SERVER"])
+    assert m and m.group(1).split(".")[0] == svc["metadata"]["name"]
+    assert int(m.group(2)) in [p["port"] for p in svc["spec"]["ports"]]
+    assert int(m.group(2)) == bind_port(ov)
 
 
-def check_agent_secrets(ctx):
-    for label, pod, _, _ in rank_workloads(ctx):
-        agent, engine = agent_and_engine(pod)
-        vols = {v["name"]: v for v in pod["volumes"]}
-        for name in ("RDZV_CURVE_SERVER_PUBLIC", "RDZV_CURVE_SECRET", "RDZV_GROUP_TOKEN"):
-            path = env_value(agent, name)
-            assert path, f"{label}: agent lacks {name}"
-            vol = volume_at(agent, path)
-            secret = vols[vol]["secret"]["secretName"]
-            assert os.path.basename(path) in ctx.secrets.get(secret, ()), \
-                f"{label}: {name}={path} is not a key of Secret {secret}"
-            assert volume_at(engine, path) is None, f"{label}: the engine mounts {secret}"
+def check_agent_secrets(ctx, ov):
+    pod = ov.pod()
+    agent, engine = ov.agent_and_engine()
+    vols = {v["name"]: v for v in pod["volumes"]}
+    env = ov.env(agent)
+    for name in ("RDZV_CURVE_SERVER_PUBLIC", "RDZV_CURVE_SECRET", "RDZV_GROUP_TOKEN"):
+        path = env.get(name)
+        assert path, f"agent lacks {name}"
+        secret = vols[volume_at(agent, path)]["secret"]["secretName"]
+        assert os.path.basename(path) in ctx.secrets.get(secret, ()), \
+            f"{name}={path} is not a key of Secret {secret}"
+        assert volume_at(engine, path) is None, f"the engine mounts {secret}"
 
 
-def check_uids(ctx):
-    for label, pod, _, _ in rank_workloads(ctx):
-        agent, engine = agent_and_engine(pod)
-        a_uid = agent["securityContext"]["runAsUser"]
-        e_uid = engine["securityContext"]["runAsUser"]
-        assert a_uid != e_uid, f"{label}: agent and engine share uid {a_uid}"
-        allowed = [int(agent["args"][i + 1]) for i, a in enumerate(agent["args"])
-                   if a == "--allow-uid"]
-        assert allowed == [e_uid], f"{label}: --allow-uid {allowed}, engine uid {e_uid}"
+def check_uids(ctx, ov):
+    agent, engine = ov.agent_and_engine()
+    a_uid = agent["securityContext"]["runAsUser"]
+    e_uid = engine["securityContext"]["runAsUser"]
+    assert a_uid != e_uid, f"agent and engine share uid {a_uid}"
+    allowed = [int(agent["args"][i + 1]) for i, a in enumerate(agent["args"]) if a == "--allow-uid"]
+    assert allowed == [e_uid], f"--allow-uid {allowed}, engine uid {e_uid}"
 
 
-def check_engine_command(ctx):
-    for label, pod, world, _ in rank_workloads(ctx):
-        _, engine = agent_and_engine(pod)
-        words = script_words(script_of(engine))
-        for flag in ENGINE_FLAGS:
-            assert flag in words, f"{label}: vllm serve lacks {flag}"
-        assert flag_value(words, "--tensor-parallel-size") == "2"
-        dp = flag_value(words, "--data-parallel-size")
-        assert dp in (str(world), "$LWS_GROUP_SIZE"), f"{label}: DP size {dp}, {world} ranks"
-        assert flag_value(words, "--data-parallel-rank") == "$RDZV_RANK"
-        assert engine["resources"]["limits"]["nvidia.com/gpu"] == 2
-        preload = env_value(engine, "LD_PRELOAD")
-        assert preload.endswith("/librdzv_shim.so"), preload
-        shim_vol = volume_at(engine, preload)
-        writers = [c for c in pod["initContainers"] if mount_dir(c, shim_vol)]
-        assert writers, f"{label}: nothing puts the shim in {shim_vol}"
+def check_engine_command(ctx, ov):
+    pod = ov.pod()
+    _, engine = ov.agent_and_engine()
+    words = script_words(script_of(engine))
+    for flag in ENGINE_FLAGS:
+        assert flag in words, f"vllm serve lacks {flag}"
+    assert flag_value(words, "--data-parallel-size") == "$RDZV_WORLD"
+    assert flag_value(words, "--data-parallel-rank") == "$RDZV_RANK"
+    assert flag_value(words, "--tensor-parallel-size") == "$TP"
+    tp = ov.env(engine)["TP"]
+    assert str(engine["resources"]["limits"]["nvidia.com/gpu"]) == tp, "GPUs per Pod are not TP"
+    preload = ov.env(engine)["LD_PRELOAD"]
+    assert preload.endswith("/librdzv_shim.so"), preload
+    writers = [c for c in pod["initContainers"] if mount_dir(c, volume_at(engine, preload))]
+    assert writers, "nothing puts the shim where LD_PRELOAD points"
 
 
-def check_engine_variables_exist(ctx):
+def check_engine_variables_exist(ctx, ov):
     """Every $VAR the engine's script reads is set by someone."""
-    for label, pod, _, _ in rank_workloads(ctx):
-        _, engine = agent_and_engine(pod)
-        used = set(re.findall(r"\$\{?([A-Z_][A-Z0-9_]*)", script_of(engine)))
-        known = ctx.env_names | set(env_of(engine)) | FOREIGN_VARS
-        missing = used - known
-        assert not missing, f"{label}: nobody sets {sorted(missing)}"
-        for name in ("VLLM_PORT", "RDZV_RANK", "RDZV_MASTER_ADDR", "RDZV_MASTER_PORT"):
-            assert name in ctx.env_names, f"the env file has no {name}"
+    _, engine = ov.agent_and_engine()
+    used = set(re.findall(r"\$\{?([A-Z_][A-Z0-9_]*)", script_of(engine)))
+    missing = used - ctx.env_names - set(ov.env(engine)) - SHELL_VARS
+    assert not missing, f"nobody sets {sorted(missing)}"
 
 
-def check_ranges_agree(ctx):
-    base, limit = managed_range(ctx)
-    per_rank = int(flag_value(rdzvd_args(ctx), "--ports-per-rank"))
-    want = f"{base}-{limit}"
-    for label, pod, _, _ in rank_workloads(ctx):
-        agent, engine = agent_and_engine(pod)
-        assert flag_value(agent["args"], "--port-range") == want, label
-        assert env_value(engine, "RDZV_PORT_RANGE") == want, label
-        offset = int(env_value(engine, "DP_RPC_PORT_OFFSET"))
-        assert 0 < offset < per_rank, f"{label}: the RPC port is outside rank 0's plan"
+def check_world_set_once(ctx, ov):
+    agent, _ = ov.agent_and_engine()
+    world = ov.settings()["WORLD"]
+    w = ov.workload()
+    assert str(ov.world_of_workload()) == world, f"{w['kind']} has {ov.world_of_workload()} ranks, WORLD={world}"
+    assert ov.env(agent)["RDZV_WORLD"] == world
+    if w["kind"] == "StatefulSet":
+        assert w["spec"]["podManagementPolicy"] == "Parallel"
+        assert ov.env(agent)["RDZV_RANK"] == "<fieldRef:metadata.labels['apps.kubernetes.io/pod-index']>"
+    else:
+        assert w["spec"].get("startupPolicy", "LeaderCreated") == "LeaderCreated"
+        assert w["spec"]["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupOnPodRestart"
+        assert env_of(agent)["RDZV_RANK"]["value"] == "$(LWS_WORKER_INDEX)"
 
 
-def check_images_and_probes(ctx):
-    for label, pod, _, _ in rank_workloads(ctx):
-        for c in pod.get("initContainers", []) + pod["containers"]:
-            assert re.fullmatch(r"\S+:\S+", c.get("image", "")), f"{label}: {c['name']} image"
-        _, engine = agent_and_engine(pod)
-        assert engine["readinessProbe"]["httpGet"]["path"] == "/health"
-        assert engine["startupProbe"]
-    dep, c = rdzvd_container(ctx)
-    assert re.fullmatch(r"\S+:\S+", c["image"])
+def check_images_set_once(ctx, ov):
+    """Every image is one the settings name, with its tag: none left as a placeholder."""
+    with open(os.path.join(ctx.kdir, "settings", "kustomization.yaml")) as f:
+        images = yaml.safe_load(f)["images"]
+    want = {"%s:%s" % (i["newName"], i["newTag"]) for i in images}
+    pod = ov.pod()
+    used = {c["image"] for c in pod.get("initContainers", []) + pod["containers"]}
+    used.add(ov.rdzvd()[1]["image"])
+    assert used == want, f"images {sorted(used)}, settings {sorted(want)}"
 
 
-def check_all_ranks_start_together(ctx):
-    for label, pod, world, obj in rank_workloads(ctx):
-        agent, _ = agent_and_engine(pod)
-        if obj["kind"] == "StatefulSet":
-            assert obj["spec"]["podManagementPolicy"] == "Parallel", label
-            assert env_value(agent, "RDZV_WORLD") == str(world), label
-            rank = env_of(agent)["RDZV_RANK"]["valueFrom"]["fieldRef"]["fieldPath"]
-            assert rank == "metadata.labels['apps.kubernetes.io/pod-index']", label
-        else:
-            assert obj["spec"].get("startupPolicy", "LeaderCreated") == "LeaderCreated", label
-            assert env_value(agent, "RDZV_RANK") == "$(LWS_WORKER_INDEX)", label
-            assert env_value(agent, "RDZV_WORLD") == "$(LWS_GROUP_SIZE)", label
-            assert "$LWS_LEADER_ADDRESS" in script_of(agent_and_engine(pod)[1]), label
+def check_settings_reach_everything(ctx, ov):
+    """Changing each value in the settings alone changes every place that uses it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = os.path.join(tmp, "k")
+        shutil.copytree(ctx.kdir, copy)
+        path = os.path.join(copy, "settings", "kustomization.yaml")
+        with open(path) as f:
+            text = f.read()
+        new = {"GROUP": "other", "WORLD": "8", "TP": "4", "PORT_BASE": "20000",
+               "PORT_LIMIT": "30000", "PORTS_PER_RANK": "16"}
+        for k, v in new.items():
+            text, n = re.subn(r"- %s=\S+" % k, "- %s=%s" % (k, v), text)
+            assert n == 1, f"settings have {n} {k}"
+        text = text.replace("newTag: 0.1.0", "newTag: 9.9.9")
+        with open(path, "w") as f:
+            f.write(text)
+        o = Overlay(copy, ov.name)
+    agent, engine = o.agent_and_engine()
+    args = o.rdzvd_args()
+    assert str(o.world_of_workload()) == "8" and o.env(agent)["RDZV_WORLD"] == "8"
+    assert str(engine["resources"]["limits"]["nvidia.com/gpu"]) == "4"
+    assert o.env(engine)["TP"] == "4" and o.env(engine)["PORTS_PER_RANK"] == "16"
+    assert (flag_value(args, "--port-base"), flag_value(args, "--port-limit"),
+            flag_value(args, "--ports-per-rank")) == ("20000", "30000", "16"), args
+    assert o.one("NetworkPolicy", "llm-ranks")["spec"]["ingress"][0]["ports"][0]["port"] == 20000
+    assert o.env(agent)["RDZV_GROUP"].startswith("other")
+    rdzv_images = [c["image"] for c in o.pod()["initContainers"]] + [o.rdzvd()[1]["image"]]
+    assert all(i.endswith(":9.9.9") for i in rdzv_images), rdzv_images
 
 
-def check_network_policy(ctx):
-    base, limit = managed_range(ctx)
-    pol = ctx.one("NetworkPolicy", "llm-ranks")
+def check_network_policy(ctx, ov):
+    s = ov.settings()
+    base, limit = int(s["PORT_BASE"]), int(s["PORT_LIMIT"])
+    assert limit <= EPHEMERAL[0], "the managed range overlaps the kernel's ephemeral range"
+    pol = ov.one("NetworkPolicy", "llm-ranks")
     ranges = [(p["port"], p.get("endPort", p["port"])) for rule in pol["spec"]["ingress"]
               for p in rule.get("ports", [])]
-    assert (base, limit - 1) in ranges, f"managed range [{base}, {limit}) not open: {ranges}"
-    bind_port = int(flag_value(rdzvd_args(ctx), "--bind").rsplit(":", 1)[-1])
-    pol = ctx.one("NetworkPolicy", "rdzvd")
-    open_ports = [p["port"] for rule in pol["spec"]["ingress"] for p in rule.get("ports", [])]
-    assert bind_port in open_ports and http_port(ctx) in open_ports, open_ports
+    assert any(lo <= base and hi >= EPHEMERAL[1] for lo, hi in ranges), \
+        f"[{base}, {EPHEMERAL[1]}] not open between ranks: {ranges}"
+    pod_labels = ov.workload()["metadata"]["labels"]
+    assert pol["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    rules = ov.one("NetworkPolicy", "rdzvd")["spec"]["ingress"]
+    by_port = {p["port"]: r for r in rules for p in r.get("ports", [])}
+    assert bind_port(ov) in by_port, "rdzvd's ZeroMQ port is closed"
+    http = by_port.get(http_port(ov))
+    assert http and http.get("from"), "rdzvd's HTTP port must not be open to everyone"
+    assert all("namespaceSelector" in f and "podSelector" not in f for f in http["from"]), http
+
+
+def check_no_service_named_like_the_lws(ctx, ov):
+    """LWS makes its headless Service only if no Service has its name."""
+    names = {s["metadata"]["name"] for s in ov.objects("Service")}
+    for lws in ov.objects("LeaderWorkerSet"):
+        assert lws["metadata"]["name"] not in names, f"a Service is named {lws['metadata']['name']}"
+    assert "llm-api" in names
+
+
+def check_engine_script_runs(ctx, ov):
+    """The engine's script in a real shell, with a stand-in for vllm and a
+    real assignment's env file: it waits for the file, passes vllm the
+    assignment's numbers, and (StatefulSet) its liveness probe passes until
+    the agent's epoch moves on."""
+    agent, engine = ov.agent_and_engine()
+    sock = flag_value(agent["args"], "--socket")
+    rundir = os.path.dirname(sock)
+    with tempfile.TemporaryDirectory() as tmp:
+        fake = os.path.join(tmp, "bin")
+        os.mkdir(fake)
+        with open(os.path.join(fake, "vllm"), "w") as f:
+            f.write('#!/bin/sh\nprintf "%s\\n" "$@" > "$OUT"\n')
+        os.chmod(os.path.join(fake, "vllm"), 0o755)
+        run = os.path.join(tmp, "run")
+        os.mkdir(run)
+        script = script_of(engine).replace(rundir + "/", run + "/")
+        env = {k: v for k, v in ov.env(engine).items() if k != "LD_PRELOAD"}
+        env.update(PATH=fake + ":/usr/bin:/bin", OUT=os.path.join(tmp, "args"))
+        p = subprocess.Popen(["/bin/sh", "-c", script], env=env)
+        time.sleep(1.5)
+        assert p.poll() is None, "the script did not wait for the env file"
+        envfile = os.path.join(run, os.path.basename(sock) + ".env")
+        with open(envfile + ".tmp", "w") as f:
+            f.write(ctx.env_text)
+        os.rename(envfile + ".tmp", envfile)
+        assert p.wait(timeout=10) == 0, "the script failed"
+        got = open(os.path.join(tmp, "args")).read().split("\n")
+        a = dict(line.split("=", 1) for line in ctx.env_text.splitlines() if "=" in line)
+        rpc = int(a["RDZV_MASTER_PORT"]) + int(ov.env(engine)["PORTS_PER_RANK"]) - 1
+        assert flag_value(got, "--data-parallel-rpc-port") == str(rpc), got
+        assert rpc in [int(x) for x in a["RDZV_PORTS"].split(",")], "the RPC port is not planned"
+        assert flag_value(got, "--data-parallel-size") == a["RDZV_WORLD"], got
+        assert flag_value(got, "--tensor-parallel-size") == ov.env(engine)["TP"], got
+        assert got[:2] == ["serve", ov.env(engine)["MODEL"]], got
+        probe = engine.get("livenessProbe")
+        if ov.workload()["kind"] != "StatefulSet":
+            assert probe is None, "LWS recreates the group: an epoch probe would only add restarts"
+            return "no epoch probe (LWS recreates the group)"
+        cmd = [c.replace(rundir + "/", run + "/") for c in probe["exec"]["command"]]
+
+        def live():
+            return subprocess.run(cmd, env=env).returncode == 0
+        assert live(), "the liveness probe fails in the epoch the engine started in"
+        epoch = int(a["RDZV_EPOCH"])
+        with open(envfile, "w") as f:
+            f.write(ctx.env_text.replace("RDZV_EPOCH=%d" % epoch, "RDZV_EPOCH=%d" % (epoch + 1)))
+        assert not live(), "the liveness probe passes after the epoch moved on"
+        os.unlink(envfile)
+        assert not live(), "the liveness probe passes while the agent withdrew the env file"
+    return "liveness follows the epoch"
 
 
 CHECKS = [v for k, v in list(globals().items()) if k.startswith("check_")]
+
+
+def check_readme_versions(ctx):
+    with open(os.path.join(ctx.kdir, "README.md")) as f:
+        head = f.read()[:3000]
+    for want in ("Kubernetes 1.29", "LeaderWorkerSet v0.6", "kubectl 1.27"):
+        assert want in head, f"examples/kubernetes/README.md does not state {want!r} at the top"
+
+
+def bare_path(tmp):
+    """A PATH with what make-secrets.sh runs but no kubectl, as in the image."""
+    d = os.path.join(tmp, "bin")
+    os.mkdir(d)
+    for tool in ("sh", "mktemp", "head", "od", "tr", "base64", "basename", "dirname", "rm",
+                 "sed", "cat", "printf"):
+        os.symlink(shutil.which(tool), os.path.join(d, tool))
+    return d
+
+
+def check_secrets_print_without_kubectl(ctx):
+    """--print as from the image: no kubectl, the same four Secrets, and valid objects."""
+    with tempfile.TemporaryDirectory() as tmp:
+        docs = ctx.print_secrets(bare_path(tmp))
+    made = {d["metadata"]["name"]: set(d["data"]) for d in docs}
+    assert made == ctx.secrets, f"without kubectl: {made}, with: {ctx.secrets}"
+    k8s = os.path.join(ctx.root, "tests", "ops", "k8s")
+    if os.path.isdir(os.path.join(k8s, "node_modules")):
+        p = subprocess.run(["node", os.path.join(k8s, "validate.mjs")], input=yaml.safe_dump_all(docs),
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stdout + p.stderr
+
+
+def check_secrets_work_together(ctx):
+    """The printed keys and token as the manifests mount them: a real rdzvd
+    with them admits a join with the client's keys and refuses another key."""
+    import base64
+    docs = {d["metadata"]["name"]: d["data"] for d in ctx.print_secrets()}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, data in docs.items():
+            os.mkdir(os.path.join(tmp, name))
+            for key, value in data.items():
+                with open(os.path.join(tmp, name, key), "wb") as f:
+                    f.write(base64.b64decode(value))
+        epfile = os.path.join(tmp, "endpoint")
+        proc = subprocess.Popen([ctx.rdzvd, "--bind", "tcp://127.0.0.1:*", "--endpoint-file", epfile,
+                                 "--state-dir", os.path.join(tmp, "state"), "--no-nccl",
+                                 "--curve-secret", os.path.join(tmp, "rdzv-server-curve", "server.key_secret"),
+                                 "--clients", os.path.join(tmp, "rdzv-clients"),
+                                 "--group-token", os.path.join(tmp, "rdzv-group-token", "token")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.time() + 20
+            while not os.path.exists(epfile) and time.time() < deadline:
+                time.sleep(0.05)
+            endpoint = open(epfile).read().strip()
+            subprocess.run([ctx.rdzv, "keygen", os.path.join(tmp, "stranger.key")], check=True,
+                           capture_output=True)
+
+            def join(secret):
+                env = dict(os.environ,
+                           RDZV_CURVE_SERVER_PUBLIC=os.path.join(tmp, "rdzv-client-curve", "server.key"),
+                           RDZV_CURVE_SECRET=secret,
+                           RDZV_GROUP_TOKEN=os.path.join(tmp, "rdzv-group-token", "token"))
+                return subprocess.run([ctx.rdzv, "join", "--server", endpoint, "--group", "s",
+                                       "--world", "1", "--rank", "0", "--timeout", "3"],
+                                      env=env, capture_output=True, text=True, timeout=30)
+            ok = join(os.path.join(tmp, "rdzv-client-curve", "client.key_secret"))
+            assert ok.returncode == 0, "the client's keys were refused: " + ok.stderr
+            bad = join(os.path.join(tmp, "stranger.key_secret"))
+            assert bad.returncode != 0, "a key rdzvd does not list was admitted"
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+# A stand-in for the API server's part of kubectl (there is no cluster
+# here): `get secret NAME` and `apply -f FILE` on a directory, one file per
+# Secret; anything else goes to the real kubectl (create --dry-run=client).
+KUBECTL_STANDIN = """#!/bin/sh
+store=$STORE
+while [ "${1:-}" = -n ]; do shift 2; done
+case "$1 $2" in
+"get secret") test -f "$store/$3"; exit ;;
+"apply -f")
+    python3 - "$store" "$3" <<'PY'
+import sys, yaml
+for d in yaml.safe_load_all(open(sys.argv[2])):
+    if d:
+        open("%s/%s" % (sys.argv[1], d["metadata"]["name"]), "w").write(yaml.safe_dump(d))
+        print("secret/%s configured" % d["metadata"]["name"])
+PY
+    exit ;;
+esac
+exec "$REAL_KUBECTL" "$@"
+"""
+
+
+def check_secrets_apply_idempotent(ctx):
+    """Run twice, nothing changes; one Secret lost, a fresh set of all four;
+    --rotate, a fresh set."""
+    with tempfile.TemporaryDirectory() as tmp:
+        store = os.path.join(tmp, "store")
+        os.mkdir(store)
+        bindir = os.path.join(tmp, "bin")
+        os.mkdir(bindir)
+        with open(os.path.join(bindir, "kubectl"), "w") as f:
+            f.write(KUBECTL_STANDIN)
+        os.chmod(os.path.join(bindir, "kubectl"), 0o755)
+        env = dict(os.environ, RDZV=ctx.rdzv, STORE=store, REAL_KUBECTL=shutil.which("kubectl"),
+                   PATH=bindir + ":" + os.environ["PATH"])
+
+        def run(*args):
+            p = subprocess.run(["/bin/sh", os.path.join(ctx.kdir, "make-secrets.sh"), *args, "-n", "llm"],
+                               env=env, capture_output=True, text=True, timeout=60)
+            assert p.returncode == 0, p.stderr
+            return {n: open(os.path.join(store, n)).read() for n in sorted(os.listdir(store))}
+        first = run()
+        assert set(first) == set(ctx.secrets), sorted(first)
+        assert run() == first, "a second run changed the Secrets"
+        os.unlink(os.path.join(store, "rdzv-clients"))
+        third = run()
+        assert set(third) == set(first) and all(third[n] != first[n] for n in first), \
+            "a partial set was not replaced whole"
+        fourth = run("--rotate")
+        assert all(fourth[n] != third[n] for n in third), "--rotate kept a Secret"
+
+
+GLOBAL_CHECKS = [check_readme_versions, check_secrets_print_without_kubectl,
+                 check_secrets_work_together, check_secrets_apply_idempotent]
 
 
 def main():
@@ -418,18 +677,29 @@ def main():
     ap.add_argument("--rdzv", required=True)
     ap.add_argument("--rdzvd", required=True)
     opts = ap.parse_args()
-    ctx = Context(opts.source_root, opts.rdzv, opts.rdzvd)
-    print(f"1..{len(CHECKS)}")
+    try:
+        ctx = Context(opts.source_root, opts.rdzv, opts.rdzvd)
+    except Skip as e:
+        print("1..0 # SKIP %s" % e)
+        return 0
+    print("1..%d" % (len(CHECKS) * len(ctx.overlays) + len(GLOBAL_CHECKS)))
     failed = 0
-    for i, check in enumerate(CHECKS, 1):
-        name = check.__name__[len("check_"):]
+    n = 0
+    runs = [(ov.name + " " + c.__name__[len("check_"):], lambda c=c, ov=ov: c(ctx, ov))
+            for ov in ctx.overlays for c in CHECKS]
+    runs += [(c.__name__[len("check_"):], lambda c=c: c(ctx)) for c in GLOBAL_CHECKS]
+    for name, run in runs:
+        n += 1
         try:
-            check(ctx)
-            print(f"ok {i} - {name}")
-        except (AssertionError, KeyError, TypeError, ValueError, AttributeError) as e:
+            note = run()
+            print("ok %d - %s%s" % (n, name, " (%s)" % note if note else ""))
+        except Skip as e:
+            print("ok %d - %s # SKIP %s" % (n, name, e))
+        except (AssertionError, KeyError, TypeError, ValueError, AttributeError, IndexError,
+                subprocess.SubprocessError) as e:
             failed += 1
-            print(f"not ok {i} - {name}")
-            print(f"# {type(e).__name__}: {e}")
+            print("not ok %d - %s" % (n, name))
+            print("# %s: %s" % (type(e).__name__, str(e).replace("\n", "\n# ")))
     return 1 if failed else 0
 
 
