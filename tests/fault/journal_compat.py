@@ -1,0 +1,111 @@
+#!/usr/bin/python3
+"""A journal written by an earlier rdzvd replays into the state that rdzvd
+itself rebuilt from it. The fixture (journal-0.1.0-825b195.gz) was written
+by rdzvd at commit 825b195 and holds every record kind that version wrote,
+live and compacted: groups, joins, per-rank "plan" records from compaction
+and "plans" from a release after it, epochs, completes, KV, a delete and a
+forming group. The expected state beside it is what that rdzvd answered
+after a restart on the same journal.
+
+    journal_compat.py check --rdzvd EXE --rdzv EXE FIXTURE
+    journal_compat.py write --rdzvd OLD_EXE --rdzv OLD_EXE FIXTURE   (made the fixture)
+
+Exit 0 pass, 1 fail."""
+import argparse
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+FLAGS = ["--no-nccl", "--port-base", "24000", "--port-limit", "26000", "--ports-per-rank", "4",
+         "--compact-mib", "1"]
+# The keys each group had when the fixture was written.
+KEYS = {"a": (1, ["k1"] + ["big%d" % i for i in range(1, 21)]), "d": (2, ["kd"]), "e": (1, ["ke"])}
+
+
+def start(opts, state):
+    ep = os.path.join(os.path.dirname(state), "endpoint")
+    if os.path.exists(ep):
+        os.unlink(ep)
+    log = open(os.path.join(os.path.dirname(state), "rdzvd.log"), "a")
+    p = subprocess.Popen([opts.rdzvd, "--bind", "tcp://127.0.0.1:*", "--endpoint-file", ep,
+                          "--state-dir", state, *FLAGS], stdout=log, stderr=log)
+    deadline = time.time() + 20
+    while not (os.path.exists(ep) and open(ep).read().strip()):
+        if time.time() > deadline or p.poll() is not None:
+            raise SystemExit("rdzvd did not start: " + open(log.name).read())
+        time.sleep(0.05)
+    return p, open(ep).read().strip()
+
+
+def rdzv(opts, *args):
+    return subprocess.run([opts.rdzv, *args], capture_output=True, text=True, timeout=30)
+
+
+def state_of(opts, endpoint):
+    """What rdzvd says of its groups and their KV, without what depends on
+    the clock (whether a member heartbeat lately)."""
+    st = rdzv(opts, "status", "--server", endpoint)
+    assert st.returncode == 0, st.stderr
+    groups = json.loads(st.stdout)["groups"]
+    for g in groups:
+        for m in g.get("members", []):
+            m.pop("alive", None)
+    kv = {}
+    for group, (epoch, keys) in KEYS.items():
+        for k in keys:
+            r = rdzv(opts, "kv", "get", "--server", endpoint, "--group", group, "--epoch",
+                     str(epoch), k)
+            # Values up to 60 kB: their length and digest keep the fixture small.
+            kv["%s/%d/%s" % (group, epoch, k)] = "%d %s" % (
+                len(r.stdout), hashlib.sha256(r.stdout.encode()).hexdigest()[:16]) \
+                if r.returncode == 0 else "error %d" % r.returncode
+    return {"groups": sorted(groups, key=lambda g: g["group"]), "kv": kv}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["check", "write"])
+    ap.add_argument("--rdzvd", required=True)
+    ap.add_argument("--rdzv", required=True)
+    ap.add_argument("fixture", help="the .gz journal; FIXTURE.expected.json beside it")
+    opts = ap.parse_args()
+    expected_path = opts.fixture[:-len(".gz")] + ".expected.json"
+    with tempfile.TemporaryDirectory(prefix="rdzv-compat-") as tmp:
+        state = os.path.join(tmp, "state")
+        os.mkdir(state, 0o700)
+        with gzip.open(opts.fixture) as src, open(os.path.join(state, "journal"), "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        p, endpoint = start(opts, state)
+        try:
+            got = state_of(opts, endpoint)
+        finally:
+            p.terminate()
+            p.wait(timeout=10)
+        if opts.mode == "write":
+            with open(expected_path, "w") as f:
+                json.dump(got, f, indent=1, sort_keys=True)
+                f.write("\n")
+            print("wrote", expected_path)
+            return 0
+        with open(expected_path) as f:
+            want = json.load(f)
+        if got != want:
+            for part in ("groups", "kv"):
+                if got[part] != want[part]:
+                    print("FAIL: %s differ\n got  %s\n want %s" % (
+                        part, json.dumps(got[part], sort_keys=True)[:2000],
+                        json.dumps(want[part], sort_keys=True)[:2000]))
+            return 1
+        print("PASS: %d groups and %d keys as rdzvd 825b195 replayed them"
+              % (len(want["groups"]), len(want["kv"])))
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
