@@ -2,6 +2,7 @@
  * Also the assignment and status documents built from a complete group. */
 #include "core.h"
 #include "proto.h"
+#include "records.h"
 #include "rdzv_proto.h"
 #include "trace.h"
 
@@ -28,26 +29,6 @@ static void s_refuse_waiters(rdzv_core_t *self, rdzv_group_t *g, const char *cod
     }
 }
 
-/* An int array as JSON text for cJSON_AddRawToObject: cJSON prints each
- * number through "%1.15g" and reads it back, 0.3 us a number here. */
-static char *s_int_array_json(const int *v, int n)
-{
-    char *text = malloc((size_t) n * 12 + 3);
-    if (!text)
-        return NULL;
-    char *p = text;
-    *p++ = '[';
-    rdzv_decimal_t d;
-    rdzv_decimal_set(&d, n ? v[0] : 0);
-    for (int i = 0; i < n; i++) {
-        if (i)
-            *p++ = ',';
-        p = rdzv_decimal_put(&d, p, v[i]);
-    }
-    memcpy(p, "]", 2);
-    return text;
-}
-
 typedef struct {
     int *ranks, *starts;
     int n;
@@ -66,19 +47,9 @@ static void s_layout_undo(rdzv_core_t *self, const rdzv_group_t *g, const s_layo
  * 1024 node names again was a fifth of the release's instructions. */
 static int s_layout_record(rdzv_core_t *self, const rdzv_group_t *g, const s_layout_t *l)
 {
-    cJSON *rec = cJSON_CreateObject();
-    cJSON_AddStringToObject(rec, "t", "plans");
-    cJSON_AddStringToObject(rec, "g", g->name);
-    cJSON_AddNumberToObject(rec, "count", rdzv_plans_ports_per_rank(self->plans));
-    char *ranks = s_int_array_json(l->ranks, l->n), *starts = s_int_array_json(l->starts, l->n);
-    int rc = -1;
-    if (ranks && starts) {
-        cJSON_AddRawToObject(rec, "ranks", ranks);
-        cJSON_AddRawToObject(rec, "starts", starts);
-        rc = rdzv_journal_append(self->journal, rec);
-    }
-    free(ranks);
-    free(starts);
+    cJSON *rec = rdzv_record_plans(g->name, rdzv_plans_ports_per_rank(self->plans), l->ranks,
+                                   l->starts, NULL, l->n);
+    int rc = rec ? rdzv_journal_append(self->journal, rec) : -1;
     cJSON_Delete(rec);
     return rc;
 }
@@ -185,12 +156,7 @@ void rdzv_group_release(rdzv_core_t *self, rdzv_group_t *g)
         return;
     }
     int64_t t_laid = rdzv_trace_ns();
-    cJSON *rec = cJSON_CreateObject();
-    cJSON_AddStringToObject(rec, "t", "complete");
-    cJSON_AddStringToObject(rec, "g", g->name);
-    cJSON_AddNumberToObject(rec, "epoch", (double) g->epoch);
-    cJSON_AddItemToObject(rec, "nccl_ids", ids);
-    if (rdzv_core_record(self, rec) < 0) {
+    if (rdzv_core_record(self, rdzv_record_complete(g->name, g->epoch, ids)) < 0) {
         rdzv_ncclroot_destroy(&g->root);
         s_refuse_waiters(self, g, RDZV_E_INTERNAL, "cannot record the assignment");
         free(starts);
@@ -232,11 +198,7 @@ int rdzv_group_next_epoch(rdzv_core_t *self, rdzv_group_t *g, const char *why)
         rdzv_core_error(self, &w->peer, RDZV_E_STALE_EPOCH, "group %s moved past epoch %lld",
                         g->name, (long long) g->epoch);
     zlistx_purge(g->kv_waiters);
-    cJSON *rec = cJSON_CreateObject();
-    cJSON_AddStringToObject(rec, "t", "epoch");
-    cJSON_AddStringToObject(rec, "g", g->name);
-    cJSON_AddNumberToObject(rec, "epoch", (double) (g->epoch + 1));
-    if (rdzv_core_record(self, rec) < 0)
+    if (rdzv_core_record(self, rdzv_record_epoch(g->name, g->epoch + 1)) < 0)
         return -1;
     self->metrics.epoch_changes++;
     rdzv_core_log("epoch", "group=%s epoch=%lld reason=\"%s\"", g->name,

@@ -1,84 +1,103 @@
 /* Compaction: the journal rewritten as the few records that rebuild the
  * current state, so replay time and disk stay bounded however long rdzvd
- * runs. The records are the same kinds the handlers write, replayed by the
- * same apply functions. */
+ * runs. The records are the ones the handlers and the release write
+ * (records.c), replayed by the same apply functions. */
 #include "core.h"
+#include "records.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
-static cJSON *s_rec(const char *type, const rdzv_group_t *g)
-{
-    cJSON *rec = cJSON_CreateObject();
-    cJSON_AddStringToObject(rec, "t", type);
-    cJSON_AddStringToObject(rec, "g", g->name);
-    return rec;
-}
-
+/* A group's blocks, gathered for one "plans" record like a release's, with
+ * each block's node named: a block stays on the node it was laid out on
+ * even after its rank rejoined from another. */
 typedef struct {
-    cJSON *records;
-    const rdzv_group_t *group;
-} s_plan_ctx_t;
+    int *ranks, *starts, n, cap, count;
+    const char **nodes;
+    bool failed;
+} s_blocks_t;
 
-static void s_add_plan(void *arg, const char *node, int rank, int start, int count)
+static void s_add_block(void *arg, const char *node, int rank, int start, int count)
 {
-    s_plan_ctx_t *ctx = arg;
-    cJSON *rec = s_rec("plan", ctx->group);
-    cJSON_AddNumberToObject(rec, "rank", rank);
-    cJSON_AddStringToObject(rec, "node", node);
-    cJSON_AddNumberToObject(rec, "start", start);
-    cJSON_AddNumberToObject(rec, "count", count);
-    cJSON_AddItemToArray(ctx->records, rec);
+    s_blocks_t *b = arg;
+    if (b->n == b->cap) {
+        int cap = b->cap ? 2 * b->cap : 64;
+        int *ranks = realloc(b->ranks, (size_t) cap * sizeof *ranks);
+        if (ranks)
+            b->ranks = ranks;
+        int *starts = realloc(b->starts, (size_t) cap * sizeof *starts);
+        if (starts)
+            b->starts = starts;
+        const char **nodes = realloc(b->nodes, (size_t) cap * sizeof *nodes);
+        if (nodes)
+            b->nodes = nodes;
+        if (!ranks || !starts || !nodes) {
+            b->failed = true;
+            return;
+        }
+        b->cap = cap;
+    }
+    /* The node's name lives only for the call. */
+    if (!(b->nodes[b->n] = strdup(node))) {
+        b->failed = true;
+        return;
+    }
+    b->ranks[b->n] = rank;
+    b->starts[b->n] = start;
+    b->count = count;
+    b->n++;
 }
 
-static void s_add_group(rdzv_core_t *self, const rdzv_group_t *g, cJSON *records)
+/* Appends rec to records; false (rec freed) when it is NULL. */
+static bool s_add(cJSON *records, cJSON *rec)
 {
-    cJSON *rec = s_rec("group", g);
-    cJSON_AddNumberToObject(rec, "world", g->world);
-    cJSON_AddStringToObject(rec, "nccl", rdzv_nccl_mode_name(g->nccl_mode));
-    cJSON_AddNumberToObject(rec, "nccl_ids", g->nccl_count);
-    cJSON_AddItemToArray(records, rec);
-    if (g->epoch > 1) {
-        rec = s_rec("epoch", g);
-        cJSON_AddNumberToObject(rec, "epoch", (double) g->epoch);
-        cJSON_AddItemToArray(records, rec);
-    }
-    s_plan_ctx_t ctx = { .records = records, .group = g };
-    rdzv_plans_foreach(self->plans, g->name, s_add_plan, &ctx);
-    for (int r = 0; r < g->world; r++) {
+    return rec && cJSON_AddItemToArray(records, rec);
+}
+
+static bool s_add_plans(rdzv_core_t *self, const rdzv_group_t *g, cJSON *records)
+{
+    s_blocks_t b = { 0 };
+    rdzv_plans_foreach(self->plans, g->name, s_add_block, &b);
+    bool ok = !b.failed && (b.n == 0 || s_add(records, rdzv_record_plans(
+                  g->name, b.count, b.ranks, b.starts, b.nodes, b.n)));
+    for (int i = 0; i < b.n; i++)
+        free((char *) b.nodes[i]);
+    free(b.ranks);
+    free(b.starts);
+    free(b.nodes);
+    return ok;
+}
+
+static bool s_add_group(rdzv_core_t *self, const rdzv_group_t *g, cJSON *records)
+{
+    bool ok = s_add(records, rdzv_record_group(g->name, g->world, g->nccl_mode, g->nccl_count));
+    if (ok && g->epoch > 1)
+        ok = s_add(records, rdzv_record_epoch(g->name, g->epoch));
+    ok = ok && s_add_plans(self, g, records);
+    for (int r = 0; ok && r < g->world; r++) {
         const rdzv_member_t *m = g->members[r];
-        if (!m)
-            continue;
-        rec = s_rec("join", g);
-        cJSON_AddNumberToObject(rec, "rank", r);
-        cJSON_AddStringToObject(rec, "host", m->host);
-        cJSON_AddStringToObject(rec, "node", m->node);
-        cJSON_AddStringToObject(rec, "session", m->session);
-        cJSON_AddNumberToObject(rec, "epoch", (double) m->epoch);
-        cJSON_AddItemToArray(records, rec);
+        if (m)
+            ok = s_add(records, rdzv_record_join(g->name, r, m->host, m->node, m->session,
+                                                 m->epoch));
     }
-    if (g->complete) {
-        rec = s_rec("complete", g);
-        cJSON_AddNumberToObject(rec, "epoch", (double) g->epoch);
-        cJSON_AddItemToObject(rec, "nccl_ids", g->nccl_ids ? cJSON_Duplicate(g->nccl_ids, 1)
-                                                           : cJSON_CreateArray());
-        cJSON_AddItemToArray(records, rec);
-    }
-    for (const char *v = zhashx_first(g->kv); v; v = zhashx_next(g->kv)) {
-        rec = s_rec("kv", g);
-        cJSON_AddNumberToObject(rec, "epoch", (double) g->epoch);
-        cJSON_AddStringToObject(rec, "key", zhashx_cursor(g->kv));
-        cJSON_AddStringToObject(rec, "value", v);
-        cJSON_AddItemToArray(records, rec);
-    }
+    if (ok && g->complete)
+        ok = s_add(records, rdzv_record_complete(g->name, g->epoch, g->nccl_ids
+                                                 ? cJSON_Duplicate(g->nccl_ids, 1) : NULL));
+    for (const char *v = zhashx_first(g->kv); ok && v; v = zhashx_next(g->kv))
+        ok = s_add(records, rdzv_record_kv(g->name, g->epoch, zhashx_cursor(g->kv), v));
+    return ok;
 }
 
 int rdzv_core_compact(rdzv_core_t *self)
 {
     uint64_t before = rdzv_journal_size(self->journal);
     cJSON *records = cJSON_CreateArray();
-    for (rdzv_group_t *g = zhashx_first(self->groups); g; g = zhashx_next(self->groups))
-        s_add_group(self, g, records);
-    int rc = rdzv_journal_compact(self->journal, records);
+    bool ok = records != NULL;
+    for (rdzv_group_t *g = zhashx_first(self->groups); ok && g; g = zhashx_next(self->groups))
+        ok = s_add_group(self, g, records);
+    /* Out of memory: the old journal stays, whole. */
+    int rc = ok ? rdzv_journal_compact(self->journal, records) : -1;
     rdzv_core_log("journal", "compaction %s: %llu bytes -> %llu bytes, %d records",
                   rc == 0 ? "done" : "FAILED (kept the old journal)",
                   (unsigned long long) before,

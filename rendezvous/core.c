@@ -59,23 +59,6 @@ void rdzv_group_free(void **item)
     *item = NULL;
 }
 
-static const char *const s_nccl_modes[] = { "none", "server", "rank0" };
-
-const char *rdzv_nccl_mode_name(rdzv_nccl_mode_t mode)
-{
-    return s_nccl_modes[mode];
-}
-
-int rdzv_nccl_mode_parse(const char *name, rdzv_nccl_mode_t *out)
-{
-    for (int i = 0; i < 3; i++)
-        if (name && strcmp(name, s_nccl_modes[i]) == 0) {
-            *out = (rdzv_nccl_mode_t) i;
-            return 0;
-        }
-    return -1;
-}
-
 rdzv_group_t *rdzv_group_new(const char *name, int world, rdzv_nccl_mode_t mode, int count)
 {
     rdzv_group_t *g = calloc(1, sizeof *g);
@@ -283,6 +266,8 @@ void rdzv_core_error(rdzv_core_t *self, const rdzv_peer_t *peer, const char *cod
 
 int rdzv_core_record(rdzv_core_t *self, cJSON *record)
 {
+    if (!record)
+        return -1;               /* a builder ran out of memory */
     int rc = rdzv_journal_append(self->journal, record);
     if (rc == 0)
         rc = rdzv_core_apply(self, record);

@@ -13,6 +13,7 @@
 #include "journal.h"
 #include "quota.h"
 #include "metrics.h"
+#include "nccl_mode.h"
 #include "ncclroot.h"
 #include "plan.h"
 #include "proto.h"
@@ -33,15 +34,6 @@ typedef struct {
     rdzv_limits_t limits;
 } rdzv_config_t;
 
-/* Who makes a group's NCCL unique IDs. */
-typedef enum {
-    RDZV_NCCL_NONE,
-    RDZV_NCCL_SERVER,            /* rdzvd, roots in a helper process */
-    RDZV_NCCL_RANK0,             /* rank 0's process, sent with its join */
-} rdzv_nccl_mode_t;
-
-const char *rdzv_nccl_mode_name(rdzv_nccl_mode_t mode);
-int rdzv_nccl_mode_parse(const char *name, rdzv_nccl_mode_t *out);
 
 #define RDZV_MEMBER_CHUNK 64
 

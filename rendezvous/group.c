@@ -2,31 +2,11 @@
  * start-up go through these same functions, so what rdzvd knows after a
  * restart is exactly what it had recorded. */
 #include "core.h"
+#include "records.h"
 #include "rdzv_proto.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const char *s_str(const cJSON *rec, const char *name)
-{
-    const cJSON *item = cJSON_GetObjectItemCaseSensitive(rec, name);
-    return cJSON_IsString(item) ? item->valuestring : NULL;
-}
-
-/* A record's number, refused unless it is an integer a double holds
- * exactly: a damaged or hostile journal must not reach a float-to-integer
- * conversion that overflows (undefined behaviour; found by fuzz_records). */
-static int s_num(const cJSON *rec, const char *name, int64_t *out)
-{
-    const cJSON *item = cJSON_GetObjectItemCaseSensitive(rec, name);
-    if (!cJSON_IsNumber(item) || !(item->valuedouble >= -9007199254740992.0)
-        || !(item->valuedouble <= 9007199254740992.0)
-        || item->valuedouble != floor(item->valuedouble))
-        return -1;
-    *out = (int64_t) item->valuedouble;
-    return 0;
-}
 
 static int s_set(char **field, const char *value)
 {
@@ -38,31 +18,26 @@ static int s_set(char **field, const char *value)
     return 0;
 }
 
-static int s_apply_group(rdzv_core_t *self, const cJSON *rec, const char *name)
+static int s_apply_group(rdzv_core_t *self, const rdzv_record_t *rec)
 {
-    int64_t world;
-    if (s_num(rec, "world", &world) < 0 || world <= 0 || world > self->cfg.max_world
-        || rdzv_core_group(self, name))
+    int64_t world = rec->u.group.world, count = rec->u.group.nccl_ids;
+    const char *name = rec->group;
+    if (world <= 0 || world > self->cfg.max_world || rdzv_core_group(self, name)
+        || count < 1 || count > 64)
         return -1;
-    rdzv_nccl_mode_t mode;
-    int64_t count = 1;
-    if (rdzv_nccl_mode_parse(s_str(rec, "nccl"), &mode) < 0
-        || (s_num(rec, "nccl_ids", &count) == 0 && (count < 1 || count > 64)))
-        return -1;
-    rdzv_group_t *g = rdzv_group_new(name, (int) world, mode, (int) count);
+    rdzv_group_t *g = rdzv_group_new(name, (int) world, rec->u.group.nccl, (int) count);
     if (!g)
         return -1;
     zhashx_insert(self->groups, name, g);
     return 0;
 }
 
-static int s_apply_join(rdzv_core_t *self, rdzv_group_t *g, const cJSON *rec)
+static int s_apply_join(rdzv_core_t *self, rdzv_group_t *g, const rdzv_record_t *rec)
 {
-    int64_t rank, epoch;
-    const char *host = s_str(rec, "host"), *node = s_str(rec, "node");
-    const char *session = s_str(rec, "session");
-    if (s_num(rec, "rank", &rank) < 0 || s_num(rec, "epoch", &epoch) < 0
-        || rank < 0 || rank >= g->world || !host || !node || !session)
+    int64_t rank = rec->u.join.rank, epoch = rec->u.join.epoch;
+    const char *host = rec->u.join.host, *node = rec->u.join.node;
+    const char *session = rec->u.join.session;
+    if (rank < 0 || rank >= g->world)
         return -1;
     rdzv_member_t *m = rdzv_group_member(g, (int) rank);
     if (!m)
@@ -80,10 +55,10 @@ static int s_apply_join(rdzv_core_t *self, rdzv_group_t *g, const cJSON *rec)
 }
 
 /* A new epoch forgets the old one's ID, KV and completeness; plans stay. */
-static int s_apply_epoch(rdzv_group_t *g, const cJSON *rec)
+static int s_apply_epoch(rdzv_group_t *g, const rdzv_record_t *rec)
 {
-    int64_t epoch;
-    if (s_num(rec, "epoch", &epoch) < 0 || epoch <= g->epoch)
+    int64_t epoch = rec->u.complete.epoch;
+    if (epoch <= g->epoch)
         return -1;
     g->epoch = epoch;
     g->complete = false;
@@ -103,35 +78,24 @@ static int s_apply_epoch(rdzv_group_t *g, const cJSON *rec)
     return 0;
 }
 
-static int s_apply_complete(rdzv_group_t *g, const cJSON *rec)
+static int s_apply_complete(rdzv_group_t *g, const rdzv_record_t *rec)
 {
-    int64_t epoch;
-    if (s_num(rec, "epoch", &epoch) < 0 || epoch != g->epoch)
+    if (rec->u.complete.epoch != g->epoch)
         return -1;
-    const cJSON *ids = cJSON_GetObjectItemCaseSensitive(rec, "nccl_ids");
+    const cJSON *ids = rec->u.complete.nccl_ids;
     cJSON_Delete(g->nccl_ids);
-    g->nccl_ids = cJSON_IsArray(ids) ? cJSON_Duplicate(ids, 1) : cJSON_CreateArray();
+    g->nccl_ids = ids ? cJSON_Duplicate(ids, 1) : cJSON_CreateArray();
     g->complete = true;
     return 0;
 }
 
-static int s_apply_plan(rdzv_core_t *self, rdzv_group_t *g, const cJSON *rec)
+static int s_apply_plan(rdzv_core_t *self, rdzv_group_t *g, const rdzv_record_t *rec)
 {
-    int64_t rank, start, count;
-    const char *node = s_str(rec, "node");
-    if (!node || s_num(rec, "rank", &rank) < 0 || s_num(rec, "start", &start) < 0
-        || s_num(rec, "count", &count) < 0 || rank < 0 || rank >= g->world)
+    int64_t rank = rec->u.plan.rank, start = rec->u.plan.start, count = rec->u.plan.count;
+    if (rank < 0 || rank >= g->world || start < 0 || start > 65535 || count <= 0 || count > 65536)
         return -1;
-    return rdzv_plans_record(self->plans, node, g->name, (int) rank, (int) start, (int) count);
-}
-
-static bool s_int_item(const cJSON *item, int lo, int hi, int *out)
-{
-    if (!cJSON_IsNumber(item) || !(item->valuedouble >= lo) || !(item->valuedouble <= hi)
-        || item->valuedouble != floor(item->valuedouble))
-        return false;
-    *out = (int) item->valuedouble;
-    return true;
+    return rdzv_plans_record(self->plans, rec->u.plan.node, g->name, (int) rank, (int) start,
+                             (int) count);
 }
 
 /* The node a "plans" record puts block i on: its "nodes" entry (journals
@@ -147,24 +111,21 @@ static const char *s_plans_node(const rdzv_group_t *g, const cJSON *node_item, i
 /* "plans": the blocks one release laid out, as parallel arrays (one record
  * per release rather than one per rank: a 1024-rank release wrote 1024
  * records before). All or nothing. */
-static int s_apply_plans(rdzv_core_t *self, rdzv_group_t *g, const cJSON *rec)
+static int s_apply_plans(rdzv_core_t *self, rdzv_group_t *g, const rdzv_record_t *rec)
 {
-    const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(rec, "ranks");
-    const cJSON *nodes = cJSON_GetObjectItemCaseSensitive(rec, "nodes");
-    const cJSON *starts = cJSON_GetObjectItemCaseSensitive(rec, "starts");
-    int64_t count;
-    if (s_num(rec, "count", &count) < 0 || count <= 0 || count > 65536 || !cJSON_IsArray(ranks)
-        || (nodes && !cJSON_IsArray(nodes)) || !cJSON_IsArray(starts))
+    const cJSON *ranks = rec->u.plans.ranks, *nodes = rec->u.plans.nodes;
+    const cJSON *starts = rec->u.plans.starts;
+    int64_t count = rec->u.plans.count;
+    if (count <= 0 || count > 65536)
         return -1;
     int n = cJSON_GetArraySize(ranks);
-    if ((nodes && cJSON_GetArraySize(nodes) != n) || cJSON_GetArraySize(starts) != n)
-        return -1;
     const cJSON *r = ranks->child, *nd = nodes ? nodes->child : NULL, *st = starts->child;
     int done = 0, rank = 0, start = 0;
     for (; done < n; done++, r = r->next, nd = nd ? nd->next : NULL, st = st->next) {
         const char *node = NULL;
-        if (!s_int_item(r, 0, g->world - 1, &rank) || !(node = s_plans_node(g, nd, rank))
-            || !s_int_item(st, 0, 65535, &start)
+        if (rdzv_record_int_item(r, 0, g->world - 1, &rank) < 0
+            || !(node = s_plans_node(g, nd, rank))
+            || rdzv_record_int_item(st, 0, 65535, &start) < 0
             || rdzv_plans_record(self->plans, node, g->name, rank, start, (int) count) < 0)
             break;
     }
@@ -177,11 +138,10 @@ static int s_apply_plans(rdzv_core_t *self, rdzv_group_t *g, const cJSON *rec)
     return -1;
 }
 
-static int s_apply_kv(rdzv_group_t *g, const cJSON *rec)
+static int s_apply_kv(rdzv_group_t *g, const rdzv_record_t *rec)
 {
-    int64_t epoch;
-    const char *key = s_str(rec, "key"), *value = s_str(rec, "value");
-    if (!key || !value || s_num(rec, "epoch", &epoch) < 0 || epoch != g->epoch)
+    const char *key = rec->u.kv.key, *value = rec->u.kv.value;
+    if (rec->u.kv.epoch != g->epoch)
         return -1;
     char *copy = strdup(value);
     if (!copy)
@@ -194,34 +154,29 @@ static int s_apply_kv(rdzv_group_t *g, const cJSON *rec)
     return 0;
 }
 
-int rdzv_core_apply(void *arg, const cJSON *rec)
+int rdzv_core_apply(void *arg, const cJSON *json)
 {
     rdzv_core_t *self = arg;
-    const char *type = s_str(rec, "t"), *name = s_str(rec, "g");
-    if (!type || !name)
+    rdzv_record_t rec;
+    if (rdzv_record_read(json, &rec) < 0)
         return -1;
-    if (strcmp(type, "group") == 0)
-        return s_apply_group(self, rec, name);
-    rdzv_group_t *g = rdzv_core_group(self, name);
+    if (rec.kind == RDZV_REC_GROUP)
+        return s_apply_group(self, &rec);
+    rdzv_group_t *g = rdzv_core_group(self, rec.group);
     if (!g)
         return -1;
-    if (strcmp(type, "join") == 0)
-        return s_apply_join(self, g, rec);
-    if (strcmp(type, "epoch") == 0)
-        return s_apply_epoch(g, rec);
-    if (strcmp(type, "complete") == 0)
-        return s_apply_complete(g, rec);
-    if (strcmp(type, "plans") == 0)
-        return s_apply_plans(self, g, rec);
-    /* One block per record: journals of rdzvd 0.1.0 before "plans". */
-    if (strcmp(type, "plan") == 0)
-        return s_apply_plan(self, g, rec);
-    if (strcmp(type, "kv") == 0)
-        return s_apply_kv(g, rec);
-    if (strcmp(type, "delete") == 0) {
-        rdzv_plans_release_group(self->plans, name);
-        zhashx_delete(self->groups, name);
+    switch (rec.kind) {
+    case RDZV_REC_JOIN: return s_apply_join(self, g, &rec);
+    case RDZV_REC_EPOCH: return s_apply_epoch(g, &rec);
+    case RDZV_REC_COMPLETE: return s_apply_complete(g, &rec);
+    case RDZV_REC_PLANS: return s_apply_plans(self, g, &rec);
+    case RDZV_REC_PLAN: return s_apply_plan(self, g, &rec);
+    case RDZV_REC_KV: return s_apply_kv(g, &rec);
+    case RDZV_REC_DELETE:
+        rdzv_plans_release_group(self->plans, rec.group);
+        zhashx_delete(self->groups, rec.group);
         return 0;
+    default:
+        return -1;
     }
-    return -1;
 }

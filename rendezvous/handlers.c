@@ -3,18 +3,11 @@
  * a refused request leaves the state as it was. */
 #include "core.h"
 #include "proto.h"
+#include "records.h"
 #include "rdzv_proto.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-static cJSON *s_record(const char *type, const rdzv_group_t *g)
-{
-    cJSON *rec = cJSON_CreateObject();
-    cJSON_AddStringToObject(rec, "t", type);
-    cJSON_AddStringToObject(rec, "g", g->name);
-    return rec;
-}
 
 static char *s_ok(int64_t id)
 {
@@ -38,12 +31,8 @@ static void s_set_waiter(rdzv_core_t *self, rdzv_group_t *g, rdzv_member_t *m,
 
 static int s_record_join(rdzv_core_t *self, rdzv_group_t *g, const rdzv_request_t *req)
 {
-    cJSON *rec = s_record("join", g);
-    cJSON_AddNumberToObject(rec, "rank", req->rank);
-    cJSON_AddStringToObject(rec, "host", req->host);
-    cJSON_AddStringToObject(rec, "node", req->node);
-    cJSON_AddStringToObject(rec, "session", req->session);
-    cJSON_AddNumberToObject(rec, "epoch", (double) g->epoch);
+    cJSON *rec = rdzv_record_join(g->name, req->rank, req->host, req->node, req->session,
+                                  g->epoch);
     self->metrics.joins++;
     rdzv_core_log("join", "group=%s rank=%d world=%d epoch=%lld host=%s node=%s",
                   g->name, req->rank, g->world, (long long) g->epoch, req->host, req->node);
@@ -105,12 +94,8 @@ static bool s_group_ok(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv_gr
 static rdzv_group_t *s_make_group(rdzv_core_t *self, const rdzv_peer_t *peer,
                                   const rdzv_request_t *req)
 {
-    cJSON *rec = cJSON_CreateObject();
-    cJSON_AddStringToObject(rec, "t", "group");
-    cJSON_AddStringToObject(rec, "g", req->group);
-    cJSON_AddNumberToObject(rec, "world", req->world);
-    cJSON_AddStringToObject(rec, "nccl", rdzv_nccl_mode_name(s_requested_mode(self, req)));
-    cJSON_AddNumberToObject(rec, "nccl_ids", req->nccl_ids ? req->nccl_ids : 1);
+    cJSON *rec = rdzv_record_group(req->group, req->world, s_requested_mode(self, req),
+                                   req->nccl_ids ? req->nccl_ids : 1);
     if (rdzv_core_record(self, rec) < 0) {
         rdzv_core_error(self, peer, RDZV_E_INTERNAL, "cannot record group %s", req->group);
         return NULL;
@@ -255,10 +240,7 @@ static void s_handle_kv(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv_r
                             (unsigned long long) self->cfg.limits.max_kv_bytes);
             return;
         }
-        cJSON *rec = s_record("kv", g);
-        cJSON_AddNumberToObject(rec, "epoch", (double) g->epoch);
-        cJSON_AddStringToObject(rec, "key", req->key);
-        cJSON_AddStringToObject(rec, "value", req->value);
+        cJSON *rec = rdzv_record_kv(g->name, g->epoch, req->key, req->value);
         if (rdzv_core_record(self, rec) < 0) {
             rdzv_core_error(self, peer, RDZV_E_INTERNAL, "cannot record key %s", req->key);
             return;
@@ -330,7 +312,7 @@ static void s_handle_delete(rdzv_core_t *self, const rdzv_peer_t *peer, const rd
         }
     for (rdzv_kv_waiter_t *w = zlistx_first(g->kv_waiters); w; w = zlistx_next(g->kv_waiters))
         rdzv_core_error(self, &w->peer, RDZV_E_NOT_FOUND, "group %s was deleted", g->name);
-    if (rdzv_core_record(self, s_record("delete", g)) < 0) {
+    if (rdzv_core_record(self, rdzv_record_delete(g->name)) < 0) {
         rdzv_core_error(self, peer, RDZV_E_INTERNAL, "cannot record the delete");
         return;
     }

@@ -42,7 +42,7 @@ void rdzv_plans_prefetch(const rdzv_plan_node_t *node, bool blocks);
 int rdzv_plans_release_group(rdzv_plans_t *self, const char *group);
 /* Drops the block of (group, rank) on node, if any: undoes a record. */
 void rdzv_plans_forget(rdzv_plans_t *self, const char *node, const char *group, int rank);
-/* Calls fn for every block of group, on every node. */
+/* Calls fn for every block of group, on every node (node valid during the call only). */
 typedef void (rdzv_plans_fn)(void *arg, const char *node, int rank, int start, int count);
 void rdzv_plans_foreach(const rdzv_plans_t *self, const char *group, rdzv_plans_fn *fn, void *arg);
 /* Number of blocks recorded on node. */

@@ -1,0 +1,60 @@
+/* Journal records: the one place that knows their kinds and fields. Every
+ * writer (handlers, release, compaction) builds its records here, and
+ * replay reads them back here (rdzv_record_read), so a record can only be
+ * written the way it is read. Each is a JSON object {"t": KIND, "g": GROUP,
+ * ...}; docs/architecture.md lists them. */
+#ifndef RDZV_RECORDS_H
+#define RDZV_RECORDS_H
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+
+#include "nccl_mode.h"
+
+typedef enum {
+    RDZV_REC_GROUP,              /* a group is made: world, NCCL mode and count */
+    RDZV_REC_JOIN,               /* a rank joined an epoch: host, node, session */
+    RDZV_REC_EPOCH,              /* the group moved to a new epoch */
+    RDZV_REC_COMPLETE,           /* the epoch formed: its NCCL IDs */
+    RDZV_REC_PLANS,              /* port blocks laid out, as parallel arrays */
+    RDZV_REC_PLAN,               /* one block (journals of rdzvd 0.1.0 before "plans") */
+    RDZV_REC_KV,                 /* a key put in an epoch */
+    RDZV_REC_DELETE,             /* the group was deleted */
+} rdzv_record_kind_t;
+
+/* A record as read: every field present with its type; ranges that depend
+ * on the group (rank < world, epoch order) are the applier's to check. The
+ * strings and arrays point into the cJSON record. */
+typedef struct {
+    rdzv_record_kind_t kind;
+    const char *group;
+    union {
+        struct { int64_t world, nccl_ids; rdzv_nccl_mode_t nccl; } group;
+        struct { int64_t rank, epoch; const char *host, *node, *session; } join;
+        struct { int64_t epoch; const cJSON *nccl_ids; } complete;  /* epoch and complete */
+        struct { int64_t count; const cJSON *ranks, *nodes, *starts; } plans;  /* nodes may be NULL */
+        struct { int64_t rank, start, count; const char *node; } plan;
+        struct { int64_t epoch; const char *key, *value; } kv;
+    } u;
+} rdzv_record_t;
+
+/* Reads rec into out; 0, or -1 when it is no record this rdzvd knows. */
+int rdzv_record_read(const cJSON *rec, rdzv_record_t *out);
+/* The integer item of a record's array, checked to lie in [lo, hi]. */
+int rdzv_record_int_item(const cJSON *item, int lo, int hi, int *out);
+
+/* Builders: a new record the caller owns; NULL out of memory. */
+cJSON *rdzv_record_group(const char *group, int world, rdzv_nccl_mode_t nccl, int nccl_ids);
+cJSON *rdzv_record_join(const char *group, int rank, const char *host, const char *node,
+                        const char *session, int64_t epoch);
+cJSON *rdzv_record_epoch(const char *group, int64_t epoch);
+/* Takes nccl_ids (an array of hex strings; NULL: none). */
+cJSON *rdzv_record_complete(const char *group, int64_t epoch, cJSON *nccl_ids);
+/* n blocks of count ports: rank ranks[i] starts at starts[i], on nodes[i],
+ * or with nodes NULL on the node its last join record named. */
+cJSON *rdzv_record_plans(const char *group, int count, const int *ranks, const int *starts,
+                         const char *const *nodes, int n);
+cJSON *rdzv_record_kv(const char *group, int64_t epoch, const char *key, const char *value);
+cJSON *rdzv_record_delete(const char *group);
+
+#endif
