@@ -4,6 +4,10 @@
 #define RDZV_PROTO_H
 
 #define RDZV_PROTO_VERSION        1
+/* The same as text, for replies formatted without a JSON library. */
+#define RDZV_PROTO_STR_(v)        #v
+#define RDZV_PROTO_STR(v)         RDZV_PROTO_STR_(v)
+#define RDZV_PROTO_VERSION_TEXT   RDZV_PROTO_STR(RDZV_PROTO_VERSION)
 #define RDZV_MAX_VALUE            65536          /* KV value bytes */
 #define RDZV_MAX_FRAME            (RDZV_MAX_VALUE + 4096)
 #define RDZV_HARD_MAX_FRAME       (1 << 20)      /* ZMQ_MAXMSGSIZE: dropped unread */

@@ -5,6 +5,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -181,7 +182,7 @@ rdzv_core_t *rdzv_core_new(const rdzv_config_t *cfg, char *err, size_t errlen)
 
 static void s_drop_outbox(rdzv_core_t *self)
 {
-    for (int t = 0; t < RDZV_METRIC_SHARDS; t++) {
+    for (int t = 0; t < RDZV_MAX_SHARDS; t++) {
         rdzv_outbox_t *o = &self->outboxes[t];
         for (size_t i = 0; i < o->len; i++)
             rdzv_reply_clear(&o->v[i]);
@@ -199,7 +200,7 @@ void rdzv_core_destroy(rdzv_core_t **self_p)
     rdzv_journal_destroy(&self->journal);
     rdzv_rate_destroy(&self->rate);
     s_drop_outbox(self);
-    for (int t = 0; t < RDZV_METRIC_SHARDS; t++)
+    for (int t = 0; t < RDZV_MAX_SHARDS; t++)
         free(self->outboxes[t].v);
     pthread_mutex_destroy(&self->lock);
     free(self);
@@ -209,8 +210,9 @@ void rdzv_core_destroy(rdzv_core_t **self_p)
 /* The next free slot of the outbox of peer's shard, or NULL (out of memory). */
 static rdzv_reply_t *s_slot(rdzv_core_t *self, const rdzv_peer_t *peer)
 {
-    rdzv_outbox_t *o = &self->outboxes[peer->shard > 0 && peer->shard < RDZV_METRIC_SHARDS
-                                       ? peer->shard : 0];
+    /* Shards number their own peers: anything else is a bug, not input. */
+    assert(peer->shard >= 0 && peer->shard < RDZV_MAX_SHARDS);
+    rdzv_outbox_t *o = &self->outboxes[peer->shard];
     if (o->len == o->cap) {
         size_t cap = o->cap ? o->cap * 2 : 64;
         rdzv_reply_t *grown = realloc(o->v, cap * sizeof *grown);
@@ -302,7 +304,7 @@ static int s_write(rdzv_core_t *self)
         return 0;
     rdzv_core_log("journal", "write failed (%s); refusing this batch and reloading state",
                   strerror(e));
-    for (int t = 0; t < RDZV_METRIC_SHARDS; t++) {
+    for (int t = 0; t < RDZV_MAX_SHARDS; t++) {
         rdzv_outbox_t *o = &self->outboxes[t];
         for (size_t i = 0; i < o->len; i++) {
             /* The same peer, another text. */
@@ -345,6 +347,7 @@ int rdzv_core_commit(rdzv_core_t *self)
 
 rdzv_reply_t *rdzv_core_take_shard_outbox(rdzv_core_t *self, int shard, size_t *count)
 {
+    assert(shard >= 0 && shard < RDZV_MAX_SHARDS);
     rdzv_outbox_t *o = &self->outboxes[shard];
     rdzv_reply_t *out = o->v;
     *count = o->len;
@@ -355,7 +358,7 @@ rdzv_reply_t *rdzv_core_take_shard_outbox(rdzv_core_t *self, int shard, size_t *
 rdzv_reply_t *rdzv_core_take_outbox_unrendered(rdzv_core_t *self, size_t *count)
 {
     size_t total = 0;
-    for (int t = 0; t < RDZV_METRIC_SHARDS; t++)
+    for (int t = 0; t < RDZV_MAX_SHARDS; t++)
         total += self->outboxes[t].len;
     rdzv_reply_t *out = total ? malloc(total * sizeof *out) : NULL;
     *count = 0;
@@ -363,7 +366,7 @@ rdzv_reply_t *rdzv_core_take_outbox_unrendered(rdzv_core_t *self, size_t *count)
         s_drop_outbox(self);
         return NULL;
     }
-    for (int t = 0; t < RDZV_METRIC_SHARDS; t++) {
+    for (int t = 0; t < RDZV_MAX_SHARDS; t++) {
         rdzv_outbox_t *o = &self->outboxes[t];
         if (o->len == 0)
             continue;                /* o->v may be NULL: no memcpy from it */
@@ -410,7 +413,7 @@ void rdzv_core_handle_parsed(rdzv_core_t *self, const rdzv_peer_t *peer, rdzv_pa
     rdzv_peer_t from = *peer;
     /* Every reply echoes the id; a failed parse keeps it (0 if unreadable). */
     from.req = req->id;
-    if (peer->shard >= 0 && peer->shard < RDZV_METRIC_SHARDS)
+    if (peer->shard >= 0 && peer->shard < RDZV_MAX_SHARDS)
         self->metrics.shard_requests[peer->shard]++;
     if (self->rate && !rdzv_rate_allow(self->rate, peer->shard, rdzv_peer_id(peer), peer->len,
                                        now_ms))

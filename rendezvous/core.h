@@ -93,7 +93,7 @@ typedef struct {
     zhashx_t *groups;            /* name -> rdzv_group_t */
     /* By the shard of the reply's connection (peer.shard): a release hands
      * each shard its replies whole instead of sorting and copying them. */
-    rdzv_outbox_t outboxes[RDZV_METRIC_SHARDS];
+    rdzv_outbox_t outboxes[RDZV_MAX_SHARDS];
     bool replaying;
     int64_t now_ms;
     rdzv_metrics_t metrics;

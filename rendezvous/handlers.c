@@ -13,7 +13,7 @@ static char *s_ok(int64_t id)
 {
     char *text = malloc(64);
     if (text)
-        snprintf(text, 64, "{\"v\":1,\"id\":%lld,\"ok\":true}", (long long) id);
+        snprintf(text, 64, "{\"v\":" RDZV_PROTO_VERSION_TEXT ",\"id\":%lld,\"ok\":true}", (long long) id);
     return text;
 }
 
@@ -209,7 +209,7 @@ static void s_handle_heartbeat(rdzv_core_t *self, const rdzv_peer_t *peer,
         return;
     char *text = malloc(96);
     if (text)
-        snprintf(text, 96, "{\"v\":1,\"id\":%lld,\"ok\":true,\"epoch\":%lld}",
+        snprintf(text, 96, "{\"v\":" RDZV_PROTO_VERSION_TEXT ",\"id\":%lld,\"ok\":true,\"epoch\":%lld}",
                  (long long) req->id, (long long) g->epoch);
     rdzv_core_reply(self, peer, text);
 }

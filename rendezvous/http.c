@@ -198,7 +198,7 @@ static void s_render_metrics(rdzv_core_t *core, FILE *f)
              "Journal rewrites as the records of the current state.", m->compactions);
     fprintf(f, "# HELP rdzv_shard_requests_total Requests received, by the shard whose "
             "listener took the connection.\n# TYPE rdzv_shard_requests_total counter\n");
-    for (int i = 0; i < RDZV_METRIC_SHARDS; i++)
+    for (int i = 0; i < RDZV_MAX_SHARDS; i++)
         if (m->shard_requests[i] || i == 0)
             fprintf(f, "rdzv_shard_requests_total{shard=\"%d\"} %llu\n", i,
                     (unsigned long long) m->shard_requests[i]);

@@ -6,7 +6,8 @@
 #include <stdint.h>
 
 #define RDZV_HIST_BUCKETS 14
-#define RDZV_METRIC_SHARDS 64    /* as RDZV_MAX_SHARDS (server.h) */
+/* ROUTER shards at most; the per-shard arrays (metrics, outboxes) have as many. */
+#define RDZV_MAX_SHARDS 64
 
 /* Upper bounds in seconds of the histogram buckets (Prometheus "le"). */
 extern const double rdzv_hist_bounds[RDZV_HIST_BUCKETS];
@@ -28,7 +29,7 @@ typedef struct {
     uint64_t epoch_changes;
     uint64_t compactions;                  /* journal rewrites that succeeded */
     uint64_t refusals[RDZV_ERROR_CODES];
-    uint64_t shard_requests[RDZV_METRIC_SHARDS];   /* by the shard they came in on */
+    uint64_t shard_requests[RDZV_MAX_SHARDS];   /* by the shard they came in on */
     rdzv_histogram_t join_latency;         /* a rank's join to its assignment */
 } rdzv_metrics_t;
 

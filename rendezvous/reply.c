@@ -1,4 +1,5 @@
 #include "reply.h"
+#include "rdzv_proto.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -96,7 +97,7 @@ int rdzv_reply_render(rdzv_reply_t *reply)
     char *text = malloc(cap);
     if (!text)
         return -1;
-    char *p = S_PUT(text, "{\"v\":1,\"id\":");
+    char *p = S_PUT(text, "{\"v\":" RDZV_PROTO_VERSION_TEXT ",\"id\":");
     p = rdzv_put_i64(p, reply->peer.req);
     p = S_PUT(p, ",\"ok\":true,\"assignment\":{\"rank\":");
     p = rdzv_put_int(p, reply->rank);

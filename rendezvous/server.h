@@ -7,7 +7,6 @@
 
 #include "core.h"
 
-#define RDZV_MAX_SHARDS RDZV_METRIC_SHARDS
 #define RDZV_MAX_LISTENERS 64
 
 typedef struct rdzv_server rdzv_server_t;
