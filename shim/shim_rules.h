@@ -1,4 +1,4 @@
-/* Which bind() calls are the shim's (issue 3): pure, unit tested in
+/* Which bind() calls are the shim's (docs/agent.md): pure, unit tested in
  * tests/shim/test_rules.c. */
 #ifndef RDZV_SHIM_RULES_H
 #define RDZV_SHIM_RULES_H

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""One GPU process of the seed layout (issue 8): P Pods x G GPUs, one DP rank
-per Pod, a Pod-local tensor-parallel (TP) group of G ranks and a cross-Pod
-expert-parallel (EP) world of P*G ranks. tests/gpu/seed-layout.sh starts it.
+"""One GPU process of the seed layout (docs/gpu.md): P Pods x G GPUs, one DP
+rank per Pod, a Pod-local tensor-parallel (TP) group of G ranks and a
+cross-Pod expert-parallel (EP) world of P*G ranks. tests/gpu/seed-layout.sh
+starts it.
 
 A vLLM-like start, in order:
   1. the DP master: Pod 0's local rank 0 hosts a TCPStore on the DP master

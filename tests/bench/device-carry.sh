@@ -1,6 +1,6 @@
 #!/bin/sh
 # Assembles what the benchmarks need on a machine without our Debian packages
-# (the GPU device: docs/performance.md, ../shared/context/device-notes.md):
+# (the GPU device: docs/performance.md):
 # the release binaries, the libraries they load (not glibc's, libstdc++ or
 # libgcc_s: the target's own are newer), wrappers that set LD_LIBRARY_PATH
 # for them only, and the build-tree layout shim_bench.py and release_trace.py

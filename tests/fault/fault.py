@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Fault injection against a real rdzvd, the rdzv CLI, real agents and the
-shim (issue 5; docs/reliability.md tells what each case showed).
+shim (docs/reliability.md tells what each case showed).
 
     fault.py CASE --rdzvd EXE --rdzv EXE [--shim SO]
     fault.py list

@@ -268,8 +268,8 @@ def case_open_warning(opts):
 
 def case_group_token(opts):
     """rdzvd --group-token FILE: a join without the token gets `forbidden`.
-    Assumes the client side is `rdzv join --group-token FILE` (the issue
-    names the flag for rdzvd only)."""
+    Assumes the client side is `rdzv join --group-token FILE` (only rdzvd's
+    flag is specified; docs/reliability.md)."""
     require_flag(opts, "--group-token")
     tmp = tempfile.mkdtemp(prefix="rdzv-fault-token-")
     srv = None

@@ -276,7 +276,7 @@ def kv_get(opts, ep, key, group="g", epoch=1):
     return cli(opts, "kv", "get", "--server", ep, "--group", group, "--epoch", str(epoch), key)
 
 
-# --- features of issue 5 the server is gaining --------------------------------
+# --- rdzvd features a case needs; absent ones fail the case -------------------
 
 def help_text(opts):
     return subprocess.run([opts.rdzvd, "--help"], capture_output=True, text=True).stdout
@@ -284,7 +284,7 @@ def help_text(opts):
 
 def require_flag(opts, flag):
     if flag not in help_text(opts):
-        raise Fail("rdzvd --help has no %s yet (issue 5)" % flag)
+        raise Fail("rdzvd --help has no %s yet" % flag)
 
 
 def keygen(opts, path):

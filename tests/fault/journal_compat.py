@@ -43,6 +43,16 @@ def start(opts, state):
     return p, open(ep).read().strip()
 
 
+def with_rdzvd(opts, state, fn):
+    """fn(endpoint) against an rdzvd on state, stopped after."""
+    p, endpoint = start(opts, state)
+    try:
+        return fn(endpoint)
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
+
+
 def rdzv(opts, *args):
     return subprocess.run([opts.rdzv, *args], capture_output=True, text=True, timeout=30)
 
@@ -81,12 +91,7 @@ def main():
         os.mkdir(state, 0o700)
         with gzip.open(opts.fixture) as src, open(os.path.join(state, "journal"), "wb") as dst:
             shutil.copyfileobj(src, dst)
-        p, endpoint = start(opts, state)
-        try:
-            got = state_of(opts, endpoint)
-        finally:
-            p.terminate()
-            p.wait(timeout=10)
+        got = with_rdzvd(opts, state, lambda ep: state_of(opts, ep))
         if opts.mode == "write":
             with open(expected_path, "w") as f:
                 json.dump(got, f, indent=1, sort_keys=True)
@@ -100,24 +105,15 @@ def main():
         # The journal (1.4 MB) is past --compact-mib 1: the next commit, a
         # new group's join, rewrites it as compaction's records. Replayed
         # again, the state must be the same, with that group beside it.
-        p, endpoint = start(opts, state)
-        try:
-            join = rdzv(opts, "join", "--server", endpoint, "--group", "z", "--world", "1",
-                        "--rank", "0", "--nccl-id", "none")
-            assert join.returncode == 0, join.stderr
-        finally:
-            p.terminate()
-            p.wait(timeout=10)
+        join = with_rdzvd(opts, state, lambda ep: rdzv(
+            opts, "join", "--server", ep, "--group", "z", "--world", "1", "--rank", "0",
+            "--nccl-id", "none"))
+        assert join.returncode == 0, join.stderr
         log = open(os.path.join(tmp, "rdzvd.log")).read()
         if "compaction done" not in log:
             print("FAIL: no compaction:", log)
             return 1
-        p, endpoint = start(opts, state)
-        try:
-            again = state_of(opts, endpoint)
-        finally:
-            p.terminate()
-            p.wait(timeout=10)
+        again = with_rdzvd(opts, state, lambda ep: state_of(opts, ep))
         again["groups"] = [g for g in again["groups"] if g["group"] != "z"]
         if not same(again, want, "compacted and replayed"):
             return 1

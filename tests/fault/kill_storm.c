@@ -1,4 +1,5 @@
-/* kill -9 rdzvd at random points of a many-rank rendezvous (issue 5).
+/* kill -9 rdzvd at random points of a many-rank rendezvous
+ * (docs/reliability.md).
  *
  *   kill_storm RDZVD [--ranks N] [--rounds R] [--ranks-per-node K]
  *              [--kills-per-round M] [--kill-window-ms W] [--seed S]

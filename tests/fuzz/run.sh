@@ -1,6 +1,6 @@
 #!/bin/sh
 # Builds the fuzz harnesses with clang, libFuzzer, ASan and UBSan, and fuzzes
-# each for a bounded time (issue 5).
+# each for a bounded time (docs/reliability.md).
 #
 #   tests/fuzz/run.sh [BUILD_DIR [SECONDS]]      defaults: build-fuzz 30
 #

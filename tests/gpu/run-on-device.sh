@@ -1,6 +1,6 @@
 #!/bin/bash
-# The GPU proof of issue 4 (docs/gpu.md), run on a machine with two GPUs as
-# root: rdzvd and one `rdzv agent` per rank, each in its own network
+# The GPU proof of NCCL unique IDs (docs/gpu.md), run on a machine with two
+# GPUs as root: rdzvd and one `rdzv agent` per rank, each in its own network
 # namespace (10.77.0.0/24 on a bridge), one GPU per rank.
 #   a1  examples/nccl/allreduce under `rdzv agent`, rdzvd-made ID
 #   a2  examples/nccl/allreduce under `rdzv join --nccl-id rank0` (rank 0's

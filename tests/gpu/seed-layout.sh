@@ -1,6 +1,7 @@
 #!/bin/bash
-# Issue 8: the seed's layout, P Pods x G GPUs, N full starts with rdzv and the
-# same N without it (negative control). Root, on a machine with P*G GPUs.
+# The seed's layout (docs/gpu.md), P Pods x G GPUs, N full starts with rdzv
+# and the same N without it (negative control). Root, on a machine with P*G
+# GPUs.
 #
 #   rdzvd in netns rdzv8-srv (10.78.0.1); Pod p in netns rdzv8-p<p>
 #   (10.78.0.<p+2>), all on bridge rdzv8br; Pod p has GPUs p*G..p*G+G-1.

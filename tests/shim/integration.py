@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Integration tests of `rdzv agent` and librdzv_shim.so (issue 3) with a
+"""Integration tests of `rdzv agent` and librdzv_shim.so (docs/agent.md) with a
 real rdzvd, a real agent and real programs under LD_PRELOAD, on loopback.
 
     integration.py CASE --rdzvd EXE --rdzv EXE --shim SO --listener EXE \
