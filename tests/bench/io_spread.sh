@@ -8,7 +8,7 @@
 #   SPREAD_RDZVD=build-bench/rendezvous/rdzvd SPREAD_OUT=/tmp/spread \
 #     rdzv-bench --rdzvd tests/bench/io_spread.sh --ranks 1024 --straggler 1500
 #
-# (docs/performance.md, fifth pass: a straggler keeps every connection open
+# (A straggler keeps every connection open
 # long enough to be seen.)
 set -u
 "${SPREAD_RDZVD:?path of the real rdzvd}" "$@" &
