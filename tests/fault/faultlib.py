@@ -9,6 +9,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 import zlib
@@ -20,27 +21,9 @@ LIMIT = 26000
 WAIT_S = 20
 
 
-class Fail(Exception):
-    pass
-
-
-class Skip(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Fail(what)
-
-
-def wait_for(pred, what, timeout=WAIT_S, step=0.02):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        v = pred()
-        if v:
-            return v
-        time.sleep(step)
-    raise Fail("timed out after %gs waiting for %s" % (timeout, what))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+from rdzvtest import Fail, Skip, check, wait_for  # noqa: E402,F401
+import rdzvtest  # noqa: E402
 
 
 class Tap:
@@ -85,76 +68,16 @@ def low_port():
     raise Fail("no free port in [20000, 25000)")
 
 
-class Server:
-    """One rdzvd; restartable on the same endpoint and state dir."""
+class Server(rdzvtest.Rdzvd):
+    """One rdzvd on a fixed loopback port, so that it restarts on the same
+    endpoint; in a temporary directory of its own."""
 
     def __init__(self, opts, extra=(), state_dir=None, bind=None):
-        bind = bind or "tcp://127.0.0.1:%d" % low_port()
         self.opts = opts
         self.tmp = tempfile.mkdtemp(prefix="rdzv-fault-")
-        self.state = state_dir or os.path.join(self.tmp, "state")
-        self.log_path = os.path.join(self.tmp, "rdzvd.log")
-        self.ep_file = os.path.join(self.tmp, "endpoint")
-        self.extra = list(extra)
-        self.proc = None
-        self.endpoint = None
-        self.start(bind)
-
-    def argv(self, bind, extra=None):
-        return [self.opts.rdzvd, "--bind", bind, "--state-dir", self.state,
-                "--endpoint-file", self.ep_file, "--port-base", str(BASE),
-                "--port-limit", str(LIMIT), "--ports-per-rank", "8", "--no-nccl",
-                *(self.extra if extra is None else extra)]
-
-    def spawn(self, bind=None, extra=None):
-        """Starts rdzvd and returns the Popen without waiting."""
-        if os.path.exists(self.ep_file):
-            os.unlink(self.ep_file)
-        self.log_mark = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
-        self.proc = subprocess.Popen(self.argv(bind or self.endpoint, extra),
-                                     stderr=open(self.log_path, "a"),
-                                     stdout=subprocess.DEVNULL)
-        return self.proc
-
-    def start(self, bind=None, extra=None):
-        bind = bind or self.endpoint
-        p = self.spawn(bind, extra)
-
-        def up():
-            if p.poll() is not None:
-                holders = ""
-                m = re.search(r":(\d+)$", bind or "")
-                if m and os.path.exists("/usr/bin/ss"):
-                    holders = subprocess.run(["ss", "-Htanp", "sport = :" + m.group(1)],
-                                             capture_output=True, text=True).stdout
-                raise Fail("rdzvd exited %d at start: %s%s" % (
-                    p.returncode, self.log_since().strip()[-400:],
-                    "\nholding the port: " + holders.strip() if holders else ""))
-            if os.path.exists(self.ep_file):
-                return open(self.ep_file).read().strip()
-            return None
-        self.endpoint = wait_for(up, "rdzvd to serve", step=0.005)
-        return p
-
-    def log(self):
-        return open(self.log_path, errors="replace").read() if os.path.exists(self.log_path) else ""
-
-    def log_since(self):
-        return self.log()[self.log_mark:]
-
-    def stop(self, sig=signal.SIGTERM):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode if self.proc else None
-
-    def restart(self, sig=signal.SIGKILL):
-        self.stop(sig)
-        return self.start()
+        super().__init__(opts.rdzvd, self.tmp, "--port-base", str(BASE), "--port-limit",
+                         str(LIMIT), "--ports-per-rank", "8", "--no-nccl", *extra,
+                         bind=bind or "tcp://127.0.0.1:%d" % low_port(), state=state_dir)
 
     @property
     def journal(self):

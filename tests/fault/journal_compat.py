@@ -20,7 +20,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import rdzvtest  # noqa: E402
 
 FLAGS = ["--no-nccl", "--port-base", "24000", "--port-limit", "26000", "--ports-per-rank", "4",
          "--compact-mib", "1"]
@@ -28,29 +30,13 @@ FLAGS = ["--no-nccl", "--port-base", "24000", "--port-limit", "26000", "--ports-
 KEYS = {"a": (1, ["k1"] + ["big%d" % i for i in range(1, 21)]), "d": (2, ["kd"]), "e": (1, ["ke"])}
 
 
-def start(opts, state):
-    ep = os.path.join(os.path.dirname(state), "endpoint")
-    if os.path.exists(ep):
-        os.unlink(ep)
-    log = open(os.path.join(os.path.dirname(state), "rdzvd.log"), "a")
-    p = subprocess.Popen([opts.rdzvd, "--bind", "tcp://127.0.0.1:*", "--endpoint-file", ep,
-                          "--state-dir", state, *FLAGS], stdout=log, stderr=log)
-    deadline = time.time() + 20
-    while not (os.path.exists(ep) and open(ep).read().strip()):
-        if time.time() > deadline or p.poll() is not None:
-            raise SystemExit("rdzvd did not start: " + open(log.name).read())
-        time.sleep(0.05)
-    return p, open(ep).read().strip()
-
-
 def with_rdzvd(opts, state, fn):
     """fn(endpoint) against an rdzvd on state, stopped after."""
-    p, endpoint = start(opts, state)
+    d = rdzvtest.Rdzvd(opts.rdzvd, os.path.dirname(state), *FLAGS, state=state)
     try:
-        return fn(endpoint)
+        return fn(d.endpoint)
     finally:
-        p.terminate()
-        p.wait(timeout=10)
+        d.stop()
 
 
 def rdzv(opts, *args):

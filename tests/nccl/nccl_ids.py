@@ -35,52 +35,18 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import rdzvtest  # noqa: E402
+from rdzvtest import Fail, check  # noqa: E402
+
 ID_HEX = 256
 
 
-class Fail(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Fail(what)
-
-
-class Rdzvd:
-    """A fresh rdzvd on a loopback port of its own."""
+class Rdzvd(rdzvtest.Rdzvd):
+    """A fresh rdzvd on a loopback port of its own, with the NCCL helper."""
 
     def __init__(self, args, work, *extra):
-        self.args = args
-        self.log_path = os.path.join(work, "rdzvd.log")
-        endpoint_file = os.path.join(work, "endpoint")
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(
-            [args.rdzvd, "--bind", "tcp://127.0.0.1:*", "--endpoint-file", endpoint_file,
-             "--state-dir", os.path.join(work, "state"), "--nccl-helper", args.helper,
-             "--no-fsync", *extra],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            if os.path.exists(endpoint_file) and os.path.getsize(endpoint_file) > 0:
-                with open(endpoint_file) as f:
-                    self.endpoint = f.read().strip()
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.stop()
-        raise Fail("rdzvd did not start:\n" + open(self.log_path).read())
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
+        super().__init__(args.rdzvd, work, "--nccl-helper", args.helper, "--no-fsync", *extra)
 
     def helpers(self):
         """pids of rdzv-nccl-root processes that are rdzvd's children."""

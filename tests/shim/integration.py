@@ -26,22 +26,13 @@ PER_RANK = 8
 WAIT_S = 20
 
 
-class Fail(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Fail(what)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import rdzvtest  # noqa: E402
+from rdzvtest import Fail, Skip, check  # noqa: E402,F401
 
 
 def wait_for(pred, what, timeout=WAIT_S):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise Fail("timed out waiting for " + what)
+    return rdzvtest.wait_for(pred, what, timeout=timeout, step=0.05)
 
 
 def outside_port():
@@ -67,14 +58,10 @@ class Pod:
         self.tmp = tempfile.TemporaryDirectory(prefix="rdzv-shim-")
         d = self.tmp.name
         self.sock = os.path.join(d, "agent.sock")
-        ep_file = os.path.join(d, "endpoint")
-        self.rdzvd = subprocess.Popen(
-            [opts.rdzvd, "--bind", "tcp://127.0.0.1:*", "--endpoint-file", ep_file,
-             "--state-dir", os.path.join(d, "state"), "--port-base", str(self.base),
-             "--ports-per-rank", str(PER_RANK), "--port-limit", str(self.limit), "--no-nccl"],
-            stderr=open(os.path.join(d, "rdzvd.log"), "w"))
-        wait_for(lambda: os.path.exists(ep_file) and open(ep_file).read().strip(), "rdzvd")
-        self.endpoint = open(ep_file).read().strip()
+        self.rdzvd = rdzvtest.Rdzvd(
+            opts.rdzvd, d, "--port-base", str(self.base), "--ports-per-rank", str(PER_RANK),
+            "--port-limit", str(self.limit), "--no-nccl")
+        self.endpoint = self.rdzvd.endpoint
         if before_agent:
             before_agent(self)
         self.agent_log = os.path.join(d, "agent.log")
@@ -130,14 +117,14 @@ class Pod:
               "the agent left its socket or env file behind")
 
     def close(self):
-        for p in (self.agent, self.rdzvd):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+        if self.agent.poll() is None:
+            self.agent.send_signal(signal.SIGTERM)
+            try:
+                self.agent.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.agent.kill()
+                self.agent.wait()
+        self.rdzvd.stop()
         self.tmp.cleanup()
 
 
@@ -900,10 +887,6 @@ def s_stall_run(pod, mode, wait_ms, steps):
         if p.poll() is None:
             p.kill()
             p.wait()
-
-
-class Skip(Exception):
-    pass
 
 
 POD_CASES = {
