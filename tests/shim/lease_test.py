@@ -2,7 +2,7 @@
 """Integration tests of the agent's lease rules for listeners that Linux lets
 share a port (several addresses and families), and of a listener the
 process still holds through a dup() after close(), with a real rdzvd,
-agent and shim (helpers from integration.py).
+agent and shim (helpers from pod.py).
 
     lease_test.py CASE --rdzvd EXE --rdzv EXE --shim SO --listener EXE
 
@@ -13,10 +13,10 @@ import socket
 import subprocess
 import sys
 
-import integration
-from integration import check
+import pod
+from pod import check
 
-integration.BASE = 26200
+pod.BASE = 26200
 
 
 def has_ipv6():
@@ -33,7 +33,7 @@ def case_asyncio_both_families(pod):
     """asyncio.start_server(port=P) binds [::] with IPV6_V6ONLY and 0.0.0.0
     on P; Linux allows both, so the lease must too."""
     if not has_ipv6():
-        raise integration.Skip("no IPv6")
+        raise pod.Skip("no IPv6")
     got = pod.py_json("""
 import asyncio, json, socket
 async def main():
@@ -51,7 +51,7 @@ def case_addresses_share_a_port(pod):
     taking connections; a dual-stack [::] or a second 0.0.0.0 beside them is
     still refused, as Linux refuses it."""
     if not has_ipv6():
-        raise integration.Skip("no IPv6")
+        raise pod.Skip("no IPv6")
     p, q = pod.plan[1], pod.plan[2]
     got = pod.py_json("""
 import json, socket
@@ -136,21 +136,21 @@ def pod_args(case, opts):
     if not case.endswith("_other_uid"):
         return {}
     if os.geteuid() != 0:
-        raise integration.Skip("needs root to run the agent under another uid")
+        raise pod.Skip("needs root to run the agent under another uid")
     prefix = ["setpriv", "--reuid=%d" % AGENT_UID, "--regid=%d" % AGENT_UID, "--clear-groups"]
     if subprocess.run(prefix + [opts.rdzv, "--help"], stdout=subprocess.DEVNULL,
                       stderr=subprocess.DEVNULL).returncode != 0:
-        raise integration.Skip("uid %d cannot run %s (a private directory above it)"
+        raise pod.Skip("uid %d cannot run %s (a private directory above it)"
                                % (AGENT_UID, opts.rdzv))
     return {"before_agent": other_uid_agent, "agent_prefix": prefix}
 
 
 def main():
-    opts = integration.case_options(CASES)
+    opts = pod.case_options(CASES)
     if opts is None:
         return 0
     index = list(CASES).index(opts.case)
-    return integration.verdict(opts.case, lambda: integration.run_pod_case(
+    return pod.verdict(opts.case, lambda: pod.run_pod_case(
         opts, index, CASES[opts.case], **pod_args(opts.case, opts)))
 
 if __name__ == "__main__":
