@@ -1,6 +1,6 @@
 /* Completing an epoch: lay out plans, make the NCCL ID, answer every rank.
  * Also the assignment and status documents built from a complete group. */
-#include "core.h"
+#include "core_state.h"
 #include "proto.h"
 #include "records.h"
 #include "rdzv_proto.h"

@@ -2,7 +2,7 @@
  * current state, so replay time and disk stay bounded however long rdzvd
  * runs. The records are the ones the handlers and the release write
  * (records.c), replayed by the same apply functions. */
-#include "core.h"
+#include "core_state.h"
 #include "records.h"
 
 #include <stdio.h>

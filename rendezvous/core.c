@@ -1,13 +1,14 @@
-#include "core.h"
+#include "core_state.h"
 #include "proto.h"
 #include "rdzv_proto.h"
 #include "rdzv_util.h"
 
+#include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* A member's own strings; the member itself lives in its chunk. */
 static void s_member_clear(rdzv_member_t *m)
@@ -486,4 +487,68 @@ void rdzv_core_tick(rdzv_core_t *self, int64_t now_ms)
     }
     for (rdzv_group_t *g = zhashx_first(self->groups); g; g = zhashx_next(self->groups))
         s_tick_group(self, g, now_ms);
+}
+
+void rdzv_core_lock(rdzv_core_t *self)
+{
+    pthread_mutex_lock(&self->lock);
+}
+
+bool rdzv_core_timedlock(rdzv_core_t *self, int ms)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += ms / 1000;
+    deadline.tv_nsec += (long) (ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    return pthread_mutex_timedlock(&self->lock, &deadline) == 0;
+}
+
+void rdzv_core_unlock(rdzv_core_t *self)
+{
+    pthread_mutex_unlock(&self->lock);
+}
+
+bool rdzv_core_journal_pending(rdzv_core_t *self)
+{
+    return rdzv_journal_pending(self->journal);
+}
+
+double rdzv_core_sync_busy_s(rdzv_core_t *self)
+{
+    return rdzv_journal_sync_busy_s(self->journal);
+}
+
+void rdzv_core_stats(rdzv_core_t *self, int64_t now_ms, rdzv_core_stats_t *out)
+{
+    out->metrics = self->metrics;
+    out->groups = zhashx_size(self->groups);
+    out->ranks_joined = out->ranks_live = 0;
+    for (rdzv_group_t *g = zhashx_first(self->groups); g; g = zhashx_next(self->groups))
+        for (int r = 0; r < g->world; r++) {
+            const rdzv_member_t *m = g->members[r];
+            if (!m)
+                continue;
+            out->ranks_joined += m->epoch == g->epoch;
+            out->ranks_live += now_ms - m->last_seen_ms < self->cfg.dead_after_ms;
+        }
+    out->journal_bytes = rdzv_journal_size(self->journal);
+    rdzv_journal_sync_latency(self->journal, &out->fsync);
+}
+
+cJSON *rdzv_core_status_json(rdzv_core_t *self, const char *group)
+{
+    cJSON *groups = cJSON_CreateArray();
+    if (group) {
+        rdzv_group_t *g = rdzv_core_group(self, group);
+        if (g)
+            cJSON_AddItemToArray(groups, rdzv_group_status(self, g));
+    } else {
+        for (rdzv_group_t *g = zhashx_first(self->groups); g; g = zhashx_next(self->groups))
+            cJSON_AddItemToArray(groups, rdzv_group_status(self, g));
+    }
+    return groups;
 }

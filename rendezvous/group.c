@@ -1,7 +1,7 @@
 /* Applying journal records to memory. The live handlers and the replay at
  * start-up go through these same functions, so what rdzvd knows after a
  * restart is exactly what it had recorded. */
-#include "core.h"
+#include "core_state.h"
 #include "records.h"
 #include "rdzv_proto.h"
 

@@ -1,7 +1,7 @@
 /* One handler per protocol operation (docs/protocol.md). A handler checks
  * everything first and records a change only when the request is valid, so
  * a refused request leaves the state as it was. */
-#include "core.h"
+#include "core_state.h"
 #include "proto.h"
 #include "records.h"
 #include "rdzv_proto.h"
@@ -281,18 +281,12 @@ static void s_handle_status(rdzv_core_t *self, const rdzv_peer_t *peer, const rd
     cJSON_AddNumberToObject(root, "v", RDZV_PROTO_VERSION);
     cJSON_AddNumberToObject(root, "id", (double) req->id);
     cJSON_AddBoolToObject(root, "ok", 1);
-    cJSON *groups = cJSON_AddArrayToObject(root, "groups");
-    if (req->group) {
-        rdzv_group_t *g = rdzv_core_group(self, req->group);
-        if (!g) {
-            cJSON_Delete(root);
-            rdzv_core_error(self, peer, RDZV_E_NOT_FOUND, "no group %s", req->group);
-            return;
-        }
-        cJSON_AddItemToArray(groups, rdzv_group_status(self, g));
-    } else {
-        for (rdzv_group_t *g = zhashx_first(self->groups); g; g = zhashx_next(self->groups))
-            cJSON_AddItemToArray(groups, rdzv_group_status(self, g));
+    cJSON *groups = rdzv_core_status_json(self, req->group);
+    cJSON_AddItemToObject(root, "groups", groups);
+    if (req->group && cJSON_GetArraySize(groups) == 0) {
+        cJSON_Delete(root);
+        rdzv_core_error(self, peer, RDZV_E_NOT_FOUND, "no group %s", req->group);
+        return;
     }
     rdzv_core_reply(self, peer, cJSON_PrintUnformatted(root));
     cJSON_Delete(root);

@@ -162,33 +162,16 @@ static void s_metric(FILE *f, const char *name, const char *type, const char *he
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name, value);
 }
 
-/* Counts ranks that joined their group's current epoch, and ranks heard
- * from within --dead-after. */
-static void s_count_ranks(rdzv_core_t *core, int64_t now_ms, unsigned long long *joined,
-                          unsigned long long *live)
+static void s_render_metrics(const rdzv_core_stats_t *st, FILE *f)
 {
-    *joined = *live = 0;
-    for (rdzv_group_t *g = zhashx_first(core->groups); g; g = zhashx_next(core->groups))
-        for (int r = 0; r < g->world; r++) {
-            const rdzv_member_t *m = g->members[r];
-            if (!m)
-                continue;
-            *joined += m->epoch == g->epoch;
-            *live += now_ms - m->last_seen_ms < core->cfg.dead_after_ms;
-        }
-}
-
-static void s_render_metrics(rdzv_core_t *core, FILE *f)
-{
-    const rdzv_metrics_t *m = &core->metrics;
-    unsigned long long joined, live;
-    s_count_ranks(core, rdzv_now_ms(), &joined, &live);
+    const rdzv_metrics_t *m = &st->metrics;
     fprintf(f, "# HELP rdzv_build_info rdzvd's version.\n# TYPE rdzv_build_info gauge\n"
             "rdzv_build_info{version=\"%s\"} 1\n", RDZV_VERSION);
-    s_metric(f, "rdzv_groups", "gauge", "Groups rdzvd knows.", zhashx_size(core->groups));
+    s_metric(f, "rdzv_groups", "gauge", "Groups rdzvd knows.", st->groups);
     s_metric(f, "rdzv_ranks_joined", "gauge", "Ranks that joined their group's current epoch.",
-             joined);
-    s_metric(f, "rdzv_ranks_live", "gauge", "Ranks heard from within --dead-after.", live);
+             st->ranks_joined);
+    s_metric(f, "rdzv_ranks_live", "gauge", "Ranks heard from within --dead-after.",
+             st->ranks_live);
     s_metric(f, "rdzv_joins_total", "counter", "Join requests accepted.", m->joins);
     s_metric(f, "rdzv_assignments_total", "counter", "Assignments sent to ranks.",
              m->assignments);
@@ -210,10 +193,9 @@ static void s_render_metrics(rdzv_core_t *core, FILE *f)
     s_histogram(f, "rdzv_join_to_assignment_seconds",
                 "Seconds from a rank's join to its assignment.", &m->join_latency);
     s_metric(f, "rdzv_journal_bytes", "gauge", "Bytes in the journal file.",
-             (unsigned long long) rdzv_journal_size(core->journal));
-    rdzv_histogram_t fsync;
-    rdzv_journal_sync_latency(core->journal, &fsync);
-    s_histogram(f, "rdzv_journal_fsync_seconds", "Seconds one journal fdatasync took.", &fsync);
+             st->journal_bytes);
+    s_histogram(f, "rdzv_journal_fsync_seconds", "Seconds one journal fdatasync took.",
+                &st->fsync);
 }
 
 static enum MHD_Result s_handle_metrics(struct MHD_Connection *conn, rdzv_core_t *core)
@@ -223,9 +205,18 @@ static enum MHD_Result s_handle_metrics(struct MHD_Connection *conn, rdzv_core_t
     FILE *f = open_memstream(&text, &len);
     if (!f)
         return MHD_NO;
-    pthread_mutex_lock(&core->lock);
-    s_render_metrics(core, f);
-    pthread_mutex_unlock(&core->lock);
+    /* A copy under the lock; the text is formatted after it. */
+    rdzv_core_stats_t *st = malloc(sizeof *st);
+    if (!st) {
+        fclose(f);
+        free(text);
+        return MHD_NO;
+    }
+    rdzv_core_lock(core);
+    rdzv_core_stats(core, rdzv_now_ms(), st);
+    rdzv_core_unlock(core);
+    s_render_metrics(st, f);
+    free(st);
     if (fclose(f) != 0) {
         free(text);
         return MHD_NO;
@@ -239,19 +230,14 @@ static enum MHD_Result s_handle_groups(struct MHD_Connection *conn, rdzv_core_t 
                                        const char *name)
 {
     cJSON *root = cJSON_CreateObject();
-    cJSON *groups = cJSON_AddArrayToObject(root, "groups");
-    bool found = true;
-    pthread_mutex_lock(&core->lock);
-    if (name) {
-        rdzv_group_t *g = rdzv_name_valid(name) ? rdzv_core_group(core, name) : NULL;
-        found = g != NULL;
-        if (g)
-            cJSON_AddItemToArray(groups, rdzv_group_status(core, g));
-    } else {
-        for (rdzv_group_t *g = zhashx_first(core->groups); g; g = zhashx_next(core->groups))
-            cJSON_AddItemToArray(groups, rdzv_group_status(core, g));
+    cJSON *groups = NULL;
+    if (!name || rdzv_name_valid(name)) {
+        rdzv_core_lock(core);
+        groups = rdzv_core_status_json(core, name);
+        rdzv_core_unlock(core);
     }
-    pthread_mutex_unlock(&core->lock);
+    bool found = groups && (!name || cJSON_GetArraySize(groups) > 0);
+    cJSON_AddItemToObject(root, "groups", groups ? groups : cJSON_CreateArray());
     char *text;
     if (found)
         text = cJSON_PrintUnformatted(root);
@@ -272,14 +258,11 @@ static enum MHD_Result s_handle_healthz(struct MHD_Connection *conn, rdzv_core_t
 {
     if (!core)
         return s_text(conn, MHD_HTTP_OK, "ok\n");
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += S_HEALTH_LOCK_WAIT_MS / 1000;
-    if (pthread_mutex_timedlock(&core->lock, &deadline) != 0)
+    if (!rdzv_core_timedlock(core, S_HEALTH_LOCK_WAIT_MS))
         return s_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "loop busy\n");
-    pthread_mutex_unlock(&core->lock);
+    rdzv_core_unlock(core);
     /* The journal outlives the lock's holders; its syncer has a lock of its own. */
-    if (rdzv_journal_sync_busy_s(core->journal) * 1000 > S_HEALTH_LOCK_WAIT_MS)
+    if (rdzv_core_sync_busy_s(core) * 1000 > S_HEALTH_LOCK_WAIT_MS)
         return s_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "journal sync stalled\n");
     return s_text(conn, MHD_HTTP_OK, "ok\n");
 }

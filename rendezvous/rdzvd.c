@@ -1,6 +1,7 @@
 /* rdzvd: the rendezvous server. Parses options, checks that the managed port
  * range cannot collide with kernel-chosen ports, then runs the server. */
 #include "core.h"
+#include "log.h"
 #include "cpus.h"
 #include "http.h"
 #include "listen.h"

@@ -184,11 +184,11 @@ static void s_commit_and_send(rdzv_shard_t *self, bool tick)
     rdzv_outbox_t out[RDZV_MAX_SHARDS];
     size_t count = 0;
     uint64_t gate = 0;
-    pthread_mutex_lock(&core->lock);
+    rdzv_core_lock(core);
     int64_t now = rdzv_now_ms();
     if (tick)
         rdzv_core_tick(core, now);
-    if (rdzv_journal_pending(core->journal))
+    if (rdzv_core_journal_pending(core))
         server->last_commit_ms = now;
     int64_t t_commit = rdzv_trace_ns();
     rdzv_core_commit_begin(core, &gate);
@@ -208,7 +208,7 @@ static void s_commit_and_send(rdzv_shard_t *self, bool tick)
     /* The lock goes before the journal is durable: whatever a request
      * handled meanwhile sees is written, and its replies wait for a gate
      * at or past this one. */
-    pthread_mutex_unlock(&core->lock);
+    rdzv_core_unlock(core);
     s_dispatch(self, out, gate);
 }
 
@@ -291,7 +291,7 @@ static bool s_handle_batch(rdzv_shard_t *self, int n)
 {
     rdzv_core_t *core = self->server->core;
     int64_t now = rdzv_now_ms();
-    pthread_mutex_lock(&core->lock);
+    rdzv_core_lock(core);
     for (int i = 0; i < n; i++) {
         rdzv_shard_request_t *r = &self->batch[i];
         if (r->extra_frames)
@@ -300,9 +300,9 @@ static bool s_handle_batch(rdzv_shard_t *self, int n)
             rdzv_core_handle_parsed(core, &r->peer, &r->parsed, now);
         rdzv_peer_clear(&r->peer);   /* whatever keeps it made its own copy */
     }
-    bool pending = rdzv_journal_pending(core->journal);
+    bool pending = rdzv_core_journal_pending(core);
     bool busy = now - self->server->last_commit_ms <= S_BUSY_MS;
-    pthread_mutex_unlock(&core->lock);
+    rdzv_core_unlock(core);
     return pending && busy;
 }
 

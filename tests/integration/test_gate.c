@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "core.h"
+#include "core_state.h"   /* white-box: reads the core's state */
 #include "held_sync.h"
 #include "server.h"
 #include "rdzv_util.h"

@@ -13,7 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "core_state.h"   /* white-box: reads the core's state */
 #include "held_sync.h"
 #include "http.h"
 #include "rdzv_proto.h"
