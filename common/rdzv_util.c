@@ -153,6 +153,17 @@ int rdzv_path_beside_exe(const char *rel, char *out, size_t len)
     return m < 0 || (size_t) m >= len ? -1 : 0;
 }
 
+void rdzv_timespec_after(int clock, int ms, struct timespec *out)
+{
+    clock_gettime((clockid_t) clock, out);
+    out->tv_sec += ms / 1000;
+    out->tv_nsec += (long) (ms % 1000) * 1000000L;
+    if (out->tv_nsec >= 1000000000L) {
+        out->tv_sec++;
+        out->tv_nsec -= 1000000000L;
+    }
+}
+
 int64_t rdzv_now_ms(void)
 {
     struct timespec ts;

@@ -31,6 +31,10 @@ int rdzv_random_bytes(void *out, size_t nbytes);
  * /proc/self/exe cannot be read or out is too small. */
 int rdzv_path_beside_exe(const char *rel, char *out, size_t len);
 
+/* The time ms milliseconds from now on clock, for timed waits. */
+struct timespec;
+void rdzv_timespec_after(int clock, int ms, struct timespec *out);
+
 /* Monotonic clock in milliseconds, for deadlines. */
 int64_t rdzv_now_ms(void);
 

@@ -497,13 +497,7 @@ void rdzv_core_lock(rdzv_core_t *self)
 bool rdzv_core_timedlock(rdzv_core_t *self, int ms)
 {
     struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += ms / 1000;
-    deadline.tv_nsec += (long) (ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    rdzv_timespec_after(CLOCK_REALTIME, ms, &deadline);
     return pthread_mutex_timedlock(&self->lock, &deadline) == 0;
 }
 

@@ -1,4 +1,5 @@
 #include "agent_control.h"
+#include "rdzv_util.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -57,13 +58,7 @@ static void s_fail(rdzv_agent_control_t *self, int code, const char *why)
 static bool s_wait(rdzv_agent_control_t *self, int ms)
 {
     struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (long) (ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    rdzv_timespec_after(CLOCK_MONOTONIC, ms, &until);
     pthread_mutex_lock(&self->lock);
     self->busy = false;
     while (!self->stop && !self->rejoin) {
