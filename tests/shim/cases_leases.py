@@ -305,12 +305,10 @@ print(json.dumps([os.read(r, 200).decode(), refused(%(p)d)]))
     check(got == ["ok", True], "a child forked before any bind: %s" % got)
 
 
-def case_dead_engine_listener(pod):
-    """A listener left behind by an engine process that died (its fd still
-    open in a forked child) is shut down by the agent: the queued connection
-    is reset and new ones are refused, while the child still lives."""
-    port = pod.plan[3]
-    code = """
+# An engine that listens on a plan port, forks a child that keeps the
+# listener's descriptor open (silent, in a session of its own) and prints
+# the child's pid: what is left when the engine dies is the child's copy.
+FORKED_LISTENER = """
 import os, socket, sys, time
 l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 l.bind(("0.0.0.0", %d)); l.listen(8)
@@ -321,8 +319,15 @@ if pid == 0:
         os.dup2(null, fd)
     os.setsid(); time.sleep(30); os._exit(0)
 print(pid, flush=True)
-""" % port
-    p = pod.py(code)
+"""
+
+
+def case_dead_engine_listener(pod):
+    """A listener left behind by an engine process that died (its fd still
+    open in a forked child) is shut down by the agent: the queued connection
+    is reset and new ones are refused, while the child still lives."""
+    port = pod.plan[3]
+    p = pod.py(FORKED_LISTENER % port)
     child = int(p.stdout.strip())
     try:
         check(os.path.exists("/proc/%d" % child), "the forked child is alive")
@@ -342,19 +347,7 @@ def case_queued_reset(pod):
     """A connection queued (not accepted) to a listener whose process died is
     reset, not left hanging."""
     port = pod.plan[4]
-    code = """
-import os, socket, sys, time
-l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-l.bind(("0.0.0.0", %d)); l.listen(8)
-pid = os.fork()
-if pid == 0:
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    os.setsid(); time.sleep(30); os._exit(0)
-print(pid, flush=True)
-sys.stdin.readline()
-""" % port
+    code = FORKED_LISTENER % port + "sys.stdin.readline()\n"
     eng = subprocess.Popen([PY, "-c", code], env=pod.env(), stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, text=True)
     child = int(eng.stdout.readline())
