@@ -1,8 +1,8 @@
-/* Compaction: the journal rewritten as the few records that rebuild the
- * current state, so replay time and disk stay bounded however long rdzvd
- * runs. The records are the ones the handlers and the release write
- * (records.c), replayed by the same apply functions. */
-#include "core_state.h"
+/* Compaction's records: the few that rebuild the current state, so replay
+ * time and disk stay bounded however long rdzvd runs. They are the ones the
+ * handlers and the release write (records.c), replayed by the same apply
+ * functions; core.c writes them in place of the journal. */
+#include "compact.h"
 #include "records.h"
 
 #include <stdio.h>
@@ -55,10 +55,10 @@ static bool s_add(cJSON *records, cJSON *rec)
     return rec && cJSON_AddItemToArray(records, rec);
 }
 
-static bool s_add_plans(rdzv_core_t *self, const rdzv_group_t *g, cJSON *records)
+static bool s_add_plans(const rdzv_state_t *st, const rdzv_group_t *g, cJSON *records)
 {
     s_blocks_t b = { 0 };
-    rdzv_plans_foreach(self->plans, g->name, s_add_block, &b);
+    rdzv_plans_foreach(st->plans, g->name, s_add_block, &b);
     bool ok = !b.failed && (b.n == 0 || s_add(records, rdzv_record_plans(
                   g->name, b.count, b.ranks, b.starts, b.nodes, b.n)));
     for (int i = 0; i < b.n; i++)
@@ -69,12 +69,12 @@ static bool s_add_plans(rdzv_core_t *self, const rdzv_group_t *g, cJSON *records
     return ok;
 }
 
-static bool s_add_group(rdzv_core_t *self, const rdzv_group_t *g, cJSON *records)
+static bool s_add_group(const rdzv_state_t *st, const rdzv_group_t *g, cJSON *records)
 {
     bool ok = s_add(records, rdzv_record_group(g->name, g->world, g->nccl_mode, g->nccl_count));
     if (ok && g->epoch > 1)
         ok = s_add(records, rdzv_record_epoch(g->name, g->epoch));
-    ok = ok && s_add_plans(self, g, records);
+    ok = ok && s_add_plans(st, g, records);
     for (int r = 0; ok && r < g->world; r++) {
         const rdzv_member_t *m = g->members[r];
         if (m)
@@ -89,33 +89,13 @@ static bool s_add_group(rdzv_core_t *self, const rdzv_group_t *g, cJSON *records
     return ok;
 }
 
-int rdzv_core_compact(rdzv_core_t *self)
+cJSON *rdzv_compact_records(const rdzv_state_t *st)
 {
-    uint64_t before = rdzv_journal_size(self->journal);
     cJSON *records = cJSON_CreateArray();
     bool ok = records != NULL;
-    for (rdzv_group_t *g = zhashx_first(self->groups); ok && g; g = zhashx_next(self->groups))
-        ok = s_add_group(self, g, records);
-    /* Out of memory: the old journal stays, whole. */
-    int rc = ok ? rdzv_journal_compact(self->journal, records) : -1;
-    rdzv_core_log("journal", "compaction %s: %llu bytes -> %llu bytes, %d records",
-                  rc == 0 ? "done" : "FAILED (kept the old journal)",
-                  (unsigned long long) before,
-                  (unsigned long long) rdzv_journal_size(self->journal),
-                  cJSON_GetArraySize(records));
-    cJSON_Delete(records);
-    if (rc == 0) {
-        self->compacted_size = rdzv_journal_size(self->journal);
-        self->metrics.compactions++;
-    }
-    return rc;
-}
-
-bool rdzv_core_wants_compaction(const rdzv_core_t *self)
-{
-    /* The file's own size: journal offsets (rdzv_journal_written) only grow
-     * across compactions, so they would call for one at every commit. */
-    uint64_t size = rdzv_journal_size(self->journal);
-    return self->cfg.compact_bytes && size > self->cfg.compact_bytes
-           && size > 2 * self->compacted_size;
+    for (rdzv_group_t *g = zhashx_first(st->groups); ok && g; g = zhashx_next(st->groups))
+        ok = s_add_group(st, g, records);
+    if (!ok)
+        cJSON_Delete(records);
+    return ok ? records : NULL;
 }

@@ -1,45 +1,30 @@
-/* rdzvd's state machine without I/O: requests in, replies out through an
- * outbox, every accepted change recorded in the journal first. The zmq loop
- * (server.c) and the unit tests both drive it through this interface. */
+/* rdzvd's state machine without sockets: requests in, replies out, every
+ * accepted change journaled and durable before any reply that depends on
+ * it leaves. The shards (shard.c), the HTTP server and the tests all drive
+ * it through the one sequence below; the core owns its lock, its state and
+ * its journal.
+ *
+ *   rdzv_core_parse      any thread, no lock: a frame to a request
+ *   rdzv_core_begin      takes the lock: a batch starts
+ *   rdzv_core_handle     each request of the batch (also _error, _tick)
+ *   rdzv_core_end        writes the batch's records, starts their sync,
+ *                        hands over every shard's replies, drops the lock
+ *   rdzv_core_wait       until the replies' records are durable; then send
+ *
+ * rdzv_core_defer ends a batch without a commit instead, so that a busy
+ * shard commits several batches at once (group commit). */
 #ifndef RDZV_CORE_H
 #define RDZV_CORE_H
 
 #include <cjson/cJSON.h>
-#include <czmq.h>
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "journal.h"
-#include "quota.h"
 #include "metrics.h"
-#include "nccl_mode.h"
-#include "ncclroot.h"
-#include "plan.h"
 #include "proto.h"
 #include "reply.h"
-
-
-typedef struct {
-    int port_base, ports_per_rank, port_limit, max_world;
-    int64_t dead_after_ms;
-    bool do_fsync, repair;
-    bool nccl_default;           /* groups get server-made IDs by default */
-    int max_nccl_ids;            /* IDs per epoch a group may ask for */
-    const char *nccl_helper;     /* path of rdzv-nccl-root, NULL without NCCL */
-    int nccl_root_timeout_s;
-    const char *state_dir;
-    const char *group_token;     /* every request must carry it; NULL: none */
-    uint64_t compact_bytes;      /* compact the journal past this size; 0: never */
-    rdzv_limits_t limits;
-} rdzv_config_t;
-
-
-/* Replies for the connections of one shard. */
-typedef struct {
-    rdzv_reply_t *v;
-    size_t len, cap;
-} rdzv_outbox_t;
 
 typedef struct rdzv_core rdzv_core_t;
 
@@ -47,14 +32,8 @@ typedef struct rdzv_core rdzv_core_t;
 rdzv_core_t *rdzv_core_new(const rdzv_config_t *cfg, char *err, size_t errlen);
 void rdzv_core_destroy(rdzv_core_t **self_p);
 
-/* Handles one request frame from peer (peer->req is ignored: the request's
- * own id is used). Replies land in the outbox. */
-void rdzv_core_handle(rdzv_core_t *self, const rdzv_peer_t *peer,
-                      const char *frame, size_t len, int64_t now_ms);
-
-/* The same in two steps, so that server shards parse in parallel outside
- * the core's lock: rdzv_core_parse reads only the configuration;
- * rdzv_core_handle_parsed (under the lock) handles the result and clears it. */
+/* A request frame, parsed; reads only the configuration, so every shard
+ * parses its own frames at once. rdzv_core_handle clears it. */
 typedef struct {
     int rc;                      /* rdzv_request_parse's */
     rdzv_request_t req;
@@ -62,60 +41,55 @@ typedef struct {
     char msg[256];
 } rdzv_parsed_t;
 void rdzv_core_parse(const rdzv_core_t *self, const char *frame, size_t len, rdzv_parsed_t *out);
-void rdzv_core_handle_parsed(rdzv_core_t *self, const rdzv_peer_t *peer, rdzv_parsed_t *parsed,
-                             int64_t now_ms);
-/* Answers waits whose deadline has passed. */
-void rdzv_core_tick(rdzv_core_t *self, int64_t now_ms);
-/* Makes queued journal records durable. On failure every queued reply is
- * replaced by an "internal" error and the state is reloaded from disk.
- * Returns 0 or -1. */
-int rdzv_core_commit(rdzv_core_t *self);
-/* The same in two steps: write the records and start their sync (under the
- * lock; *gate: what the queued replies depend on), then, anywhere, wait
- * until that is durable before sending any of them. The shards hand the
- * replies out in between. 0 or -1, as rdzv_core_commit. */
-int rdzv_core_commit_begin(rdzv_core_t *self, uint64_t *gate);
-void rdzv_core_commit_wait(rdzv_core_t *self, uint64_t gate);
-/* Joins and kv waits pending now. */
-int rdzv_core_pending(rdzv_core_t *self);
-/* Rewrites the journal as the records of the current state (compact.c). */
-int rdzv_core_compact(rdzv_core_t *self);
-/* Whether the journal file has grown enough to be compacted: past
- * --compact-mib, and to twice what the last compaction left (a state
- * larger than the limit would otherwise be rewritten at every commit). */
-bool rdzv_core_wants_compaction(const rdzv_core_t *self);
-/* Takes the outbox, every reply formatted (text NULL only when out of
- * memory); the caller sends and clears each reply, then frees the array. */
-rdzv_reply_t *rdzv_core_take_outbox(rdzv_core_t *self, size_t *count);
-/* The same with assignments left for the sender to rdzv_reply_render. */
-rdzv_reply_t *rdzv_core_take_outbox_unrendered(rdzv_core_t *self, size_t *count);
-/* Takes the replies for shard's connections only (not formatted); the
- * array is the caller's to free. */
-rdzv_reply_t *rdzv_core_take_shard_outbox(rdzv_core_t *self, int shard, size_t *count);
 
-/* Queues an error reply to peer (a frame the shard refused itself). */
+/* Starts a batch at now_ms: takes the core's lock. */
+void rdzv_core_begin(rdzv_core_t *self, int64_t now_ms);
+/* Handles one parsed request from peer (peer->req is ignored: the
+ * request's own id is used); its replies are queued for peer's shard. */
+void rdzv_core_handle(rdzv_core_t *self, const rdzv_peer_t *peer, rdzv_parsed_t *parsed);
+/* Queues an error reply to peer (for a frame the shard refused itself). */
 void rdzv_core_error(rdzv_core_t *self, const rdzv_peer_t *peer, const char *code,
                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Answers waits whose deadline has passed; reaps NCCL root helpers. */
+void rdzv_core_tick(rdzv_core_t *self);
 
-/* The core's lock: the shards hold it while they handle a batch and start
- * its commit; HTTP while it reads. timedlock: false if not had within ms. */
-void rdzv_core_lock(rdzv_core_t *self);
-bool rdzv_core_timedlock(rdzv_core_t *self, int ms);
-void rdzv_core_unlock(rdzv_core_t *self);
-/* Under the lock: whether journal records wait for a commit. */
-bool rdzv_core_journal_pending(rdzv_core_t *self);
-/* Seconds the sync in flight has taken so far, 0 if none (any thread). */
-double rdzv_core_sync_busy_s(rdzv_core_t *self);
+typedef enum {
+    RDZV_CORE_IDLE,              /* nothing waits for a commit */
+    RDZV_CORE_QUEUED,            /* records wait: a later end commits them */
+    RDZV_CORE_URGENT,            /* and a large release waits on them: end now */
+} rdzv_core_queued_t;
+/* Ends the batch without a commit: records and replies stay queued for the
+ * next rdzv_core_end. Drops the lock. */
+rdzv_core_queued_t rdzv_core_defer(rdzv_core_t *self);
 
-/* What /metrics shows, read under the lock. */
+typedef struct {
+    /* Every shard's replies, the caller's (send or rdzv_reply_clear each,
+     * then free v). Assignments are left for the sender to format. */
+    rdzv_outbox_t out[RDZV_MAX_SHARDS];
+    uint64_t gate;               /* rdzv_core_wait for this before sending */
+    bool had_records;            /* the commit wrote something */
+} rdzv_commit_t;
+/* Ends the batch with a commit: writes the queued records, starts their
+ * sync and takes the replies, then drops the lock. If the write fails,
+ * every reply is an "internal" error and the state is reloaded from the
+ * file. 0 or -1. */
+int rdzv_core_end(rdzv_core_t *self, rdzv_commit_t *commit);
+/* Waits until what gate names is durable (any thread, no lock). */
+void rdzv_core_wait(rdzv_core_t *self, uint64_t gate);
+
+/* What /metrics shows. Takes the lock. */
 typedef struct {
     rdzv_metrics_t metrics;
     unsigned long long groups, ranks_joined, ranks_live, journal_bytes;
     rdzv_histogram_t fsync;
 } rdzv_core_stats_t;
 void rdzv_core_stats(rdzv_core_t *self, int64_t now_ms, rdzv_core_stats_t *out);
-/* Under the lock: the status objects of every group, or of the one named
- * (an empty array if there is none), as the status op answers them. */
-cJSON *rdzv_core_status_json(rdzv_core_t *self, const char *group);
+/* The status objects of every group, or of the one named (an empty array if
+ * there is none), as the status op answers them. Takes the lock. */
+cJSON *rdzv_core_status_json(rdzv_core_t *self, const char *group, int64_t now_ms);
+/* Whether the lock could be had within ms (/healthz). */
+bool rdzv_core_responsive(rdzv_core_t *self, int ms);
+/* Seconds the sync in flight has taken so far, 0 if none (any thread). */
+double rdzv_core_sync_busy_s(rdzv_core_t *self);
 
 #endif

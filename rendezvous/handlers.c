@@ -1,23 +1,17 @@
 /* One handler per protocol operation (docs/protocol.md). A handler checks
  * everything first and records a change only when the request is valid, so
  * a refused request leaves the state as it was. */
-#include "core_state.h"
-#include "proto.h"
+#include "handlers.h"
+#include "documents.h"
+#include "log.h"
 #include "records.h"
+#include "release.h"
 #include "rdzv_proto.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static char *s_ok(int64_t id)
-{
-    char *text = malloc(64);
-    if (text)
-        snprintf(text, 64, "{\"v\":" RDZV_PROTO_VERSION_TEXT ",\"id\":%lld,\"ok\":true}", (long long) id);
-    return text;
-}
-
-static void s_set_waiter(rdzv_core_t *self, rdzv_group_t *g, rdzv_member_t *m,
+static void s_set_waiter(rdzv_batch_t *self, rdzv_group_t *g, rdzv_member_t *m,
                          const rdzv_peer_t *peer, const rdzv_request_t *req)
 {
     if (!m->waiting)
@@ -29,41 +23,41 @@ static void s_set_waiter(rdzv_core_t *self, rdzv_group_t *g, rdzv_member_t *m,
     m->want_members = req->members;
 }
 
-static int s_record_join(rdzv_core_t *self, rdzv_group_t *g, const rdzv_request_t *req)
+static int s_record_join(rdzv_batch_t *self, rdzv_group_t *g, const rdzv_request_t *req)
 {
     cJSON *rec = rdzv_record_join(g->name, req->rank, req->host, req->node, req->session,
                                   g->epoch);
-    self->metrics.joins++;
+    self->metrics->joins++;
     rdzv_core_log("join", "group=%s rank=%d world=%d epoch=%lld host=%s node=%s",
                   g->name, req->rank, g->world, (long long) g->epoch, req->host, req->node);
-    return rdzv_core_record(self, rec);
+    return rdzv_batch_record(self, rec);
 }
 
-static rdzv_nccl_mode_t s_requested_mode(rdzv_core_t *self, const rdzv_request_t *req)
+static rdzv_nccl_mode_t s_requested_mode(rdzv_batch_t *self, const rdzv_request_t *req)
 {
-    rdzv_nccl_mode_t mode = self->cfg.nccl_default ? RDZV_NCCL_SERVER : RDZV_NCCL_NONE;
+    rdzv_nccl_mode_t mode = self->cfg->nccl_default ? RDZV_NCCL_SERVER : RDZV_NCCL_NONE;
     if (req->nccl_id)
         rdzv_nccl_mode_parse(req->nccl_id, &mode);
     /* Without NCCL in rdzvd a server-made ID is impossible: null, as documented. */
-    return mode == RDZV_NCCL_SERVER && !self->cfg.nccl_helper ? RDZV_NCCL_NONE : mode;
+    return mode == RDZV_NCCL_SERVER && !self->cfg->nccl_helper ? RDZV_NCCL_NONE : mode;
 }
 
 /* In rank0 mode rank 0 must bring exactly the group's number of IDs and
  * nobody else may bring any; checked before anything is recorded. */
-static bool s_rank0_ids_ok(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
+static bool s_rank0_ids_ok(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
 {
-    rdzv_group_t *g = rdzv_core_group(self, req->group);
+    rdzv_group_t *g = rdzv_state_group(self->state, req->group);
     rdzv_nccl_mode_t mode = g ? g->nccl_mode : s_requested_mode(self, req);
     int count = g ? g->nccl_count : (req->nccl_ids ? req->nccl_ids : 1);
     int brought = req->rank0_ids ? cJSON_GetArraySize(req->rank0_ids) : 0;
     if (mode == RDZV_NCCL_RANK0 && req->rank == 0 && brought != count) {
-        rdzv_core_error(self, peer, RDZV_E_BAD_REQUEST,
+        rdzv_batch_error(self, peer, RDZV_E_BAD_REQUEST,
                         "rank 0 of rank0-mode group %s must send %d IDs in "
                         "nccl_unique_ids_from_rank0, not %d", req->group, count, brought);
         return false;
     }
     if (brought && (mode != RDZV_NCCL_RANK0 || req->rank != 0)) {
-        rdzv_core_error(self, peer, RDZV_E_BAD_REQUEST,
+        rdzv_batch_error(self, peer, RDZV_E_BAD_REQUEST,
                         "only rank 0 of a rank0-mode group sends nccl_unique_ids_from_rank0");
         return false;
     }
@@ -72,59 +66,42 @@ static bool s_rank0_ids_ok(rdzv_core_t *self, const rdzv_peer_t *peer, const rdz
 
 /* The checks of a join that depend on the group alone; g is NULL when the
  * join would make it. */
-static bool s_group_ok(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv_group_t *g,
+static bool s_group_ok(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_group_t *g,
                        const rdzv_request_t *req)
 {
     if (!s_rank0_ids_ok(self, peer, req))
         return false;
     if (g && g->world != req->world) {
-        rdzv_core_error(self, peer, RDZV_E_WORLD_MISMATCH, "group %s has world %d, not %d",
+        rdzv_batch_error(self, peer, RDZV_E_WORLD_MISMATCH, "group %s has world %d, not %d",
                         g->name, g->world, req->world);
         return false;
     }
-    if (!g && (int) zhashx_size(self->groups) >= self->cfg.limits.max_groups) {
-        rdzv_core_error(self, peer, RDZV_E_LIMIT, "rdzvd holds %d groups, its limit",
-                        self->cfg.limits.max_groups);
+    if (!g && (int) zhashx_size(self->state->groups) >= self->cfg->limits.max_groups) {
+        rdzv_batch_error(self, peer, RDZV_E_LIMIT, "rdzvd holds %d groups, its limit",
+                        self->cfg->limits.max_groups);
         return false;
     }
     return true;
 }
 
 /* Records the group a join names; only once the join can no longer be refused. */
-static rdzv_group_t *s_make_group(rdzv_core_t *self, const rdzv_peer_t *peer,
+static rdzv_group_t *s_make_group(rdzv_batch_t *self, const rdzv_peer_t *peer,
                                   const rdzv_request_t *req)
 {
     cJSON *rec = rdzv_record_group(req->group, req->world, s_requested_mode(self, req),
                                    req->nccl_ids ? req->nccl_ids : 1);
-    if (rdzv_core_record(self, rec) < 0) {
-        rdzv_core_error(self, peer, RDZV_E_INTERNAL, "cannot record group %s", req->group);
+    if (rdzv_batch_record(self, rec) < 0) {
+        rdzv_batch_error(self, peer, RDZV_E_INTERNAL, "cannot record group %s", req->group);
         return NULL;
     }
     rdzv_core_log("group", "created group=%s world=%d", req->group, req->world);
-    return rdzv_core_group(self, req->group);
+    return rdzv_state_group(self->state, req->group);
 }
 
 /* Decides what a join means for the rank (docs/protocol.md, rules 2-5). */
-static bool s_wait_ok(rdzv_core_t *self, const rdzv_peer_t *peer)
+static void s_handle_join(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
 {
-    int max = self->cfg.limits.max_waits;
-    if (self->pending_at_tick + self->added_since_tick >= max) {
-        /* The bound only grows between ticks: count exactly near the limit. */
-        self->pending_at_tick = rdzv_core_pending(self);
-        self->added_since_tick = 0;
-    }
-    if (self->pending_at_tick + self->added_since_tick < max) {
-        self->added_since_tick++;
-        return true;
-    }
-    rdzv_core_error(self, peer, RDZV_E_LIMIT, "%d requests are waiting, the limit",
-                    self->cfg.limits.max_waits);
-    return false;
-}
-
-static void s_handle_join(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
-{
-    rdzv_group_t *g = rdzv_core_group(self, req->group);
+    rdzv_group_t *g = rdzv_state_group(self->state, req->group);
     if (!s_group_ok(self, peer, g, req))
         return;
     rdzv_member_t *m = g ? g->members[req->rank] : NULL;
@@ -132,27 +109,27 @@ static void s_handle_join(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv
     bool in_epoch = m && m->epoch == g->epoch;
     if (same_session && g->complete && in_epoch) {
         m->last_seen_ms = self->now_ms;
-        rdzv_core_reply(self, peer, rdzv_assignment_reply(self, g, req->rank, req->id,
+        rdzv_batch_reply(self, peer, rdzv_assignment_text(self->state, g, req->rank, req->id,
                                                           req->members));
         return;
     }
     if (!same_session && in_epoch && !g->complete && m->waiting
         && m->deadline_ms > self->now_ms) {
-        rdzv_core_error(self, peer, RDZV_E_RANK_TAKEN,
+        rdzv_batch_error(self, peer, RDZV_E_RANK_TAKEN,
                         "group %s rank %d is held by a live session", g->name, req->rank);
         return;
     }
-    if (!(m && m->waiting) && !s_wait_ok(self, peer))
+    if (!(m && m->waiting) && !rdzv_batch_wait_ok(self, peer))
         return;
     if (!g && !(g = s_make_group(self, peer, req)))
         return;
     if (!same_session && in_epoch && g->complete
         && rdzv_group_next_epoch(self, g, "a rank restarted") < 0) {
-        rdzv_core_error(self, peer, RDZV_E_INTERNAL, "cannot record the new epoch");
+        rdzv_batch_error(self, peer, RDZV_E_INTERNAL, "cannot record the new epoch");
         return;
     }
     if ((!same_session || m->epoch < g->epoch) && s_record_join(self, g, req) < 0) {
-        rdzv_core_error(self, peer, RDZV_E_INTERNAL, "cannot record the join");
+        rdzv_batch_error(self, peer, RDZV_E_INTERNAL, "cannot record the join");
         return;
     }
     if (req->rank0_ids) {
@@ -168,31 +145,31 @@ static void s_handle_join(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv
         rdzv_group_release(self, g);
 }
 
-static rdzv_group_t *s_existing(rdzv_core_t *self, const rdzv_peer_t *peer, const char *name)
+static rdzv_group_t *s_existing(rdzv_batch_t *self, const rdzv_peer_t *peer, const char *name)
 {
-    rdzv_group_t *g = rdzv_core_group(self, name);
+    rdzv_group_t *g = rdzv_state_group(self->state, name);
     if (!g)
-        rdzv_core_error(self, peer, RDZV_E_NOT_FOUND, "no group %s", name);
+        rdzv_batch_error(self, peer, RDZV_E_NOT_FOUND, "no group %s", name);
     return g;
 }
 
-static bool s_epoch_ok(rdzv_core_t *self, const rdzv_peer_t *peer, rdzv_group_t *g,
+static bool s_epoch_ok(rdzv_batch_t *self, const rdzv_peer_t *peer, rdzv_group_t *g,
                        int64_t epoch)
 {
     if (epoch < g->epoch) {
-        rdzv_core_error(self, peer, RDZV_E_STALE_EPOCH, "group %s is at epoch %lld, not %lld",
+        rdzv_batch_error(self, peer, RDZV_E_STALE_EPOCH, "group %s is at epoch %lld, not %lld",
                         g->name, (long long) g->epoch, (long long) epoch);
         return false;
     }
     if (epoch > g->epoch) {
-        rdzv_core_error(self, peer, RDZV_E_BAD_REQUEST, "group %s has no epoch %lld yet",
+        rdzv_batch_error(self, peer, RDZV_E_BAD_REQUEST, "group %s has no epoch %lld yet",
                         g->name, (long long) epoch);
         return false;
     }
     return true;
 }
 
-static void s_handle_heartbeat(rdzv_core_t *self, const rdzv_peer_t *peer,
+static void s_handle_heartbeat(rdzv_batch_t *self, const rdzv_peer_t *peer,
                                const rdzv_request_t *req)
 {
     rdzv_group_t *g = s_existing(self, peer, req->group);
@@ -200,32 +177,17 @@ static void s_handle_heartbeat(rdzv_core_t *self, const rdzv_peer_t *peer,
         return;
     rdzv_member_t *m = req->rank < g->world ? g->members[req->rank] : NULL;
     if (!m || strcmp(m->session, req->session) != 0) {
-        rdzv_core_error(self, peer, RDZV_E_NOT_FOUND, "group %s rank %d has no session %s",
+        rdzv_batch_error(self, peer, RDZV_E_NOT_FOUND, "group %s rank %d has no session %s",
                         g->name, req->rank, req->session);
         return;
     }
     m->last_seen_ms = self->now_ms;
     if (!s_epoch_ok(self, peer, g, req->epoch))
         return;
-    char *text = malloc(96);
-    if (text)
-        snprintf(text, 96, "{\"v\":" RDZV_PROTO_VERSION_TEXT ",\"id\":%lld,\"ok\":true,\"epoch\":%lld}",
-                 (long long) req->id, (long long) g->epoch);
-    rdzv_core_reply(self, peer, text);
+    rdzv_batch_reply(self, peer, rdzv_reply_epoch(req->id, g->epoch));
 }
 
-static void s_reply_value(rdzv_core_t *self, const rdzv_peer_t *peer, const char *value)
-{
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddNumberToObject(root, "v", RDZV_PROTO_VERSION);
-    cJSON_AddNumberToObject(root, "id", (double) peer->req);
-    cJSON_AddBoolToObject(root, "ok", 1);
-    cJSON_AddStringToObject(root, "value", value);
-    rdzv_core_reply(self, peer, cJSON_PrintUnformatted(root));
-    cJSON_Delete(root);
-}
-
-static void s_handle_kv(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
+static void s_handle_kv(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
 {
     rdzv_group_t *g = s_existing(self, peer, req->group);
     if (!g || !s_epoch_ok(self, peer, g, req->epoch))
@@ -234,39 +196,39 @@ static void s_handle_kv(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv_r
     if (req->op == RDZV_OP_KV_PUT) {
         /* An overwrite frees the old value: count the group without it. */
         uint64_t others = g->kv_bytes - (value ? strlen(req->key) + strlen(value) : 0);
-        if (others + strlen(req->key) + strlen(req->value) > self->cfg.limits.max_kv_bytes) {
-            rdzv_core_error(self, peer, RDZV_E_LIMIT, "group %s holds %llu KV bytes; the limit is %llu",
+        if (others + strlen(req->key) + strlen(req->value) > self->cfg->limits.max_kv_bytes) {
+            rdzv_batch_error(self, peer, RDZV_E_LIMIT, "group %s holds %llu KV bytes; the limit is %llu",
                             g->name, (unsigned long long) g->kv_bytes,
-                            (unsigned long long) self->cfg.limits.max_kv_bytes);
+                            (unsigned long long) self->cfg->limits.max_kv_bytes);
             return;
         }
         cJSON *rec = rdzv_record_kv(g->name, g->epoch, req->key, req->value);
-        if (rdzv_core_record(self, rec) < 0) {
-            rdzv_core_error(self, peer, RDZV_E_INTERNAL, "cannot record key %s", req->key);
+        if (rdzv_batch_record(self, rec) < 0) {
+            rdzv_batch_error(self, peer, RDZV_E_INTERNAL, "cannot record key %s", req->key);
             return;
         }
-        rdzv_core_reply(self, peer, s_ok(req->id));
+        rdzv_batch_reply(self, peer, rdzv_reply_ok(req->id));
         value = zhashx_lookup(g->kv, req->key);
         rdzv_kv_waiter_t *w = zlistx_first(g->kv_waiters);
         while (w) {
             void *handle = zlistx_cursor(g->kv_waiters);
             rdzv_kv_waiter_t *next = zlistx_next(g->kv_waiters);
             if (strcmp(w->key, req->key) == 0) {
-                s_reply_value(self, &w->peer, value);
+                rdzv_batch_reply(self, &w->peer, rdzv_reply_value(w->peer.req, value));
                 zlistx_delete(g->kv_waiters, handle);
             }
             w = next;
         }
     } else if (value)
-        s_reply_value(self, peer, value);
+        rdzv_batch_reply(self, peer, rdzv_reply_value(req->id, value));
     else if (req->op == RDZV_OP_KV_GET)
-        rdzv_core_error(self, peer, RDZV_E_NOT_FOUND, "no key %s in group %s epoch %lld",
+        rdzv_batch_error(self, peer, RDZV_E_NOT_FOUND, "no key %s in group %s epoch %lld",
                         req->key, g->name, (long long) g->epoch);
-    else if (s_wait_ok(self, peer)) {
+    else if (rdzv_batch_wait_ok(self, peer)) {
         rdzv_kv_waiter_t *w = calloc(1, sizeof *w);
         if (!w || !(w->key = strdup(req->key))) {
             free(w);
-            rdzv_core_error(self, peer, RDZV_E_INTERNAL, "out of memory");
+            rdzv_batch_error(self, peer, RDZV_E_INTERNAL, "out of memory");
             return;
         }
         rdzv_peer_copy(&w->peer, peer);
@@ -275,24 +237,18 @@ static void s_handle_kv(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv_r
     }
 }
 
-static void s_handle_status(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
+static void s_handle_status(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
 {
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddNumberToObject(root, "v", RDZV_PROTO_VERSION);
-    cJSON_AddNumberToObject(root, "id", (double) req->id);
-    cJSON_AddBoolToObject(root, "ok", 1);
-    cJSON *groups = rdzv_core_status_json(self, req->group);
-    cJSON_AddItemToObject(root, "groups", groups);
+    cJSON *groups = rdzv_state_status(self->state, req->group, self->now_ms);
     if (req->group && cJSON_GetArraySize(groups) == 0) {
-        cJSON_Delete(root);
-        rdzv_core_error(self, peer, RDZV_E_NOT_FOUND, "no group %s", req->group);
+        cJSON_Delete(groups);
+        rdzv_batch_error(self, peer, RDZV_E_NOT_FOUND, "no group %s", req->group);
         return;
     }
-    rdzv_core_reply(self, peer, cJSON_PrintUnformatted(root));
-    cJSON_Delete(root);
+    rdzv_batch_reply(self, peer, rdzv_reply_groups(req->id, groups));
 }
 
-static void s_handle_delete(rdzv_core_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
+static void s_handle_delete(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
 {
     rdzv_group_t *g = s_existing(self, peer, req->group);
     if (!g)
@@ -301,22 +257,21 @@ static void s_handle_delete(rdzv_core_t *self, const rdzv_peer_t *peer, const rd
         if (g->members[r] && g->members[r]->waiting) {
             g->members[r]->waiting = false;
             g->waiting--;
-            rdzv_core_error(self, &g->members[r]->peer, RDZV_E_NOT_FOUND,
+            rdzv_batch_error(self, &g->members[r]->peer, RDZV_E_NOT_FOUND,
                             "group %s was deleted", g->name);
         }
     for (rdzv_kv_waiter_t *w = zlistx_first(g->kv_waiters); w; w = zlistx_next(g->kv_waiters))
-        rdzv_core_error(self, &w->peer, RDZV_E_NOT_FOUND, "group %s was deleted", g->name);
-    if (rdzv_core_record(self, rdzv_record_delete(g->name)) < 0) {
-        rdzv_core_error(self, peer, RDZV_E_INTERNAL, "cannot record the delete");
+        rdzv_batch_error(self, &w->peer, RDZV_E_NOT_FOUND, "group %s was deleted", g->name);
+    if (rdzv_batch_record(self, rdzv_record_delete(g->name)) < 0) {
+        rdzv_batch_error(self, peer, RDZV_E_INTERNAL, "cannot record the delete");
         return;
     }
     rdzv_core_log("delete", "group=%s", req->group);
-    rdzv_core_reply(self, peer, s_ok(req->id));
+    rdzv_batch_reply(self, peer, rdzv_reply_ok(req->id));
 }
 
-void rdzv_handle_request(rdzv_core_t *self, const rdzv_peer_t *peer, void *arg)
+void rdzv_handle_request(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
 {
-    const rdzv_request_t *req = arg;
     switch (req->op) {
     case RDZV_OP_JOIN:
         s_handle_join(self, peer, req);

@@ -205,16 +205,14 @@ static enum MHD_Result s_handle_metrics(struct MHD_Connection *conn, rdzv_core_t
     FILE *f = open_memstream(&text, &len);
     if (!f)
         return MHD_NO;
-    /* A copy under the lock; the text is formatted after it. */
+    /* A copy taken under the core's lock; the text is formatted after it. */
     rdzv_core_stats_t *st = malloc(sizeof *st);
     if (!st) {
         fclose(f);
         free(text);
         return MHD_NO;
     }
-    rdzv_core_lock(core);
     rdzv_core_stats(core, rdzv_now_ms(), st);
-    rdzv_core_unlock(core);
     s_render_metrics(st, f);
     free(st);
     if (fclose(f) != 0) {
@@ -231,11 +229,8 @@ static enum MHD_Result s_handle_groups(struct MHD_Connection *conn, rdzv_core_t 
 {
     cJSON *root = cJSON_CreateObject();
     cJSON *groups = NULL;
-    if (!name || rdzv_name_valid(name)) {
-        rdzv_core_lock(core);
-        groups = rdzv_core_status_json(core, name);
-        rdzv_core_unlock(core);
-    }
+    if (!name || rdzv_name_valid(name))
+        groups = rdzv_core_status_json(core, name, rdzv_now_ms());
     bool found = groups && (!name || cJSON_GetArraySize(groups) > 0);
     cJSON_AddItemToObject(root, "groups", groups ? groups : cJSON_CreateArray());
     char *text;
@@ -258,9 +253,8 @@ static enum MHD_Result s_handle_healthz(struct MHD_Connection *conn, rdzv_core_t
 {
     if (!core)
         return s_text(conn, MHD_HTTP_OK, "ok\n");
-    if (!rdzv_core_timedlock(core, S_HEALTH_LOCK_WAIT_MS))
+    if (!rdzv_core_responsive(core, S_HEALTH_LOCK_WAIT_MS))
         return s_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "loop busy\n");
-    rdzv_core_unlock(core);
     /* The journal outlives the lock's holders; its syncer has a lock of its own. */
     if (rdzv_core_sync_busy_s(core) * 1000 > S_HEALTH_LOCK_WAIT_MS)
         return s_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "journal sync stalled\n");

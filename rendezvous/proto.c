@@ -337,16 +337,3 @@ void rdzv_request_clear(rdzv_request_t *req)
     cJSON_Delete(req->root);
     memset(req, 0, sizeof *req);
 }
-
-char *rdzv_reply_error(int64_t id, const char *code, const char *message)
-{
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddNumberToObject(root, "v", RDZV_PROTO_VERSION);
-    cJSON_AddNumberToObject(root, "id", (double) id);
-    cJSON *error = cJSON_AddObjectToObject(root, "error");
-    cJSON_AddStringToObject(error, "code", code);
-    cJSON_AddStringToObject(error, "message", message);
-    char *text = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    return text;
-}

@@ -40,7 +40,4 @@ int rdzv_request_parse(const char *frame, size_t len, int max_world,
                        char *msg, size_t msglen);
 void rdzv_request_clear(rdzv_request_t *req);
 
-/* Error reply text, malloc'd. */
-char *rdzv_reply_error(int64_t id, const char *code, const char *message);
-
 #endif

@@ -9,6 +9,7 @@
 #include "rdzv_proto.h"
 #include "rdzv_util.h"
 
+#include <czmq.h>
 #include <getopt.h>
 #include <limits.h>
 #include <malloc.h>

@@ -1,7 +1,11 @@
+/* Every reply rdzvd sends is made here: the few fixed texts, and the
+ * assignment from its parts. */
 #include "reply.h"
 #include "rdzv_proto.h"
 
 #include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -161,4 +165,69 @@ void rdzv_reply_clear(rdzv_reply_t *reply)
     reply->text = NULL;
     rdzv_shared_unref(&reply->shared);
     rdzv_peer_clear(&reply->peer);
+}
+
+/* A reply object with the fields every reply starts with. */
+static cJSON *s_reply_object(int64_t id, bool ok)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "v", RDZV_PROTO_VERSION);
+    cJSON_AddNumberToObject(root, "id", (double) id);
+    if (ok)
+        cJSON_AddBoolToObject(root, "ok", 1);
+    return root;
+}
+
+static char *s_print(cJSON *root)
+{
+    char *text = root ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    return text;
+}
+
+char *rdzv_reply_error(int64_t id, const char *code, const char *message)
+{
+    cJSON *root = s_reply_object(id, false);
+    cJSON *error = cJSON_AddObjectToObject(root, "error");
+    cJSON_AddStringToObject(error, "code", code);
+    cJSON_AddStringToObject(error, "message", message);
+    return s_print(root);
+}
+
+/* ok and epoch are formatted directly: heartbeats are the steady traffic
+ * of every rank. */
+char *rdzv_reply_ok(int64_t id)
+{
+    char *text = malloc(64);
+    if (text)
+        snprintf(text, 64, "{\"v\":" RDZV_PROTO_VERSION_TEXT ",\"id\":%lld,\"ok\":true}",
+                 (long long) id);
+    return text;
+}
+
+char *rdzv_reply_epoch(int64_t id, int64_t epoch)
+{
+    char *text = malloc(96);
+    if (text)
+        snprintf(text, 96, "{\"v\":" RDZV_PROTO_VERSION_TEXT ",\"id\":%lld,\"ok\":true,\"epoch\":%lld}",
+                 (long long) id, (long long) epoch);
+    return text;
+}
+
+char *rdzv_reply_value(int64_t id, const char *value)
+{
+    cJSON *root = s_reply_object(id, true);
+    cJSON_AddStringToObject(root, "value", value);
+    return s_print(root);
+}
+
+char *rdzv_reply_groups(int64_t id, cJSON *groups)
+{
+    cJSON *root = s_reply_object(id, true);
+    if (!root) {
+        cJSON_Delete(groups);
+        return NULL;
+    }
+    cJSON_AddItemToObject(root, "groups", groups);
+    return s_print(root);
 }

@@ -6,6 +6,7 @@
 #ifndef RDZV_REPLY_H
 #define RDZV_REPLY_H
 
+#include <cjson/cJSON.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -56,6 +57,23 @@ typedef struct {
     int rank, first_port, ports;
     rdzv_peer_t peer;
 } rdzv_reply_t;
+
+/* Replies for the connections of one shard. */
+typedef struct {
+    rdzv_reply_t *v;
+    size_t len, cap;
+} rdzv_outbox_t;
+
+/* Every reply text rdzvd sends (docs/protocol.md), malloc'd, NULL out of
+ * memory; each carries the protocol version and the request's id. */
+char *rdzv_reply_error(int64_t id, const char *code, const char *message);
+char *rdzv_reply_ok(int64_t id);
+/* A heartbeat's: ok, and the group's epoch. */
+char *rdzv_reply_epoch(int64_t id, int64_t epoch);
+/* A kv get's or wait's. */
+char *rdzv_reply_value(int64_t id, const char *value);
+/* A status's; takes groups (an array), also when it fails. */
+char *rdzv_reply_groups(int64_t id, cJSON *groups);
 
 /* Formats an assignment reply into text (needs no core state: any thread).
  * 0, or -1 out of memory. */

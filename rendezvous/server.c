@@ -12,6 +12,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+struct rdzv_server {
+    rdzv_shard_set_t set;
+    int listeners;               /* SO_REUSEPORT listeners, spread over the shards */
+    zactor_t *auth;              /* ZAP handler checking client keys */
+    char *endpoint;
+};
+
 /* zauth must run before the sockets bind so that no handshake escapes it. */
 static int s_start_auth(rdzv_server_t *self, const rdzv_server_security_t *sec,
                         zcert_t **cert_p, char *err, size_t errlen)
@@ -68,7 +75,7 @@ static zsock_t *s_router(zcert_t *cert)
 static int s_bind(rdzv_server_t *self, const char *endpoint, char *err, size_t errlen)
 {
     if (self->listeners == 1 && !rdzv_listen_shardable(endpoint)) {
-        if (zsock_bind(self->shards[0].router, "%s", endpoint) < 0) {
+        if (zsock_bind(self->set.shards[0].router, "%s", endpoint) < 0) {
             snprintf(err, errlen, "cannot bind %s: %s", endpoint, zmq_strerror(zmq_errno()));
             return -1;
         }
@@ -78,7 +85,7 @@ static int s_bind(rdzv_server_t *self, const char *endpoint, char *err, size_t e
     if (rdzv_listen_group(endpoint, n, fds, err, errlen) < 0)
         return -1;
     for (int i = 0; i < n; i++) {
-        zsock_t *router = self->shards[i % self->count].router;
+        zsock_t *router = self->set.shards[i % self->set.count].router;
         void *sock = zsock_resolve(router);
         /* libzmq takes the listening socket as it is and closes it later;
          * a ROUTER may hold several. */
@@ -113,12 +120,12 @@ rdzv_server_t *rdzv_server_new(rdzv_core_t *core, const char *endpoint, int shar
     rdzv_server_t *self = calloc(1, sizeof *self);
     if (!self)
         return NULL;
-    self->core = core;
-    self->count = shards;
+    self->set.core = core;
+    self->set.count = shards;
     self->listeners = listeners;
-    self->shards = calloc((size_t) shards, sizeof *self->shards);
+    self->set.shards = calloc((size_t) shards, sizeof *self->set.shards);
     zcert_t *cert = NULL;
-    if (!self->shards || s_start_auth(self, security, &cert, err, errlen) < 0) {
+    if (!self->set.shards || s_start_auth(self, security, &cert, err, errlen) < 0) {
         rdzv_server_destroy(&self);
         return NULL;
     }
@@ -132,7 +139,7 @@ rdzv_server_t *rdzv_server_new(rdzv_core_t *core, const char *endpoint, int shar
         uint64_t affinity = rdzv_io_affinity(i, shards, io_threads);
         if (router && shards > 1)
             zmq_setsockopt(zsock_resolve(router), ZMQ_AFFINITY, &affinity, sizeof affinity);
-        rc = router ? rdzv_shard_init(&self->shards[i], self, i, router) : -1;
+        rc = router ? rdzv_shard_init(&self->set.shards[i], &self->set, i, router) : -1;
         if (rc < 0)
             snprintf(err, errlen, "cannot create a ROUTER socket");
     }
@@ -141,7 +148,7 @@ rdzv_server_t *rdzv_server_new(rdzv_core_t *core, const char *endpoint, int shar
         rdzv_server_destroy(&self);
         return NULL;
     }
-    self->endpoint = zsock_last_endpoint(self->shards[0].router);
+    self->endpoint = zsock_last_endpoint(self->set.shards[0].router);
     return self;
 }
 
@@ -151,11 +158,11 @@ void rdzv_server_destroy(rdzv_server_t **self_p)
         return;
     rdzv_server_t *self = *self_p;
     rdzv_server_stop(self);
-    for (int i = 0; self->shards && i < self->count; i++)
-        rdzv_shard_join(&self->shards[i]);
-    for (int i = 0; self->shards && i < self->count; i++)
-        rdzv_shard_destroy(&self->shards[i]);
-    free(self->shards);
+    for (int i = 0; self->set.shards && i < self->set.count; i++)
+        rdzv_shard_join(&self->set.shards[i]);
+    for (int i = 0; self->set.shards && i < self->set.count; i++)
+        rdzv_shard_destroy(&self->set.shards[i]);
+    free(self->set.shards);
     zactor_destroy(&self->auth);
     free(self->endpoint);
     free(self);
@@ -164,9 +171,7 @@ void rdzv_server_destroy(rdzv_server_t **self_p)
 
 void rdzv_server_stop(rdzv_server_t *self)
 {
-    atomic_store(&self->stopping, 1);
-    for (int i = 0; self->shards && i < self->count; i++)
-        rdzv_shard_wake(&self->shards[i]);
+    rdzv_shard_set_stop(&self->set);
 }
 
 int rdzv_server_run(rdzv_server_t *self)
@@ -178,11 +183,11 @@ int rdzv_server_run(rdzv_server_t *self)
     sigaddset(&block, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &block, &old);
     int rc = 0;
-    for (int i = 1; i < self->count && rc == 0; i++)
-        rc = rdzv_shard_start(&self->shards[i]);
+    for (int i = 1; i < self->set.count && rc == 0; i++)
+        rc = rdzv_shard_start(&self->set.shards[i]);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc == 0)
-        rdzv_shard_loop(&self->shards[0]);
+        rdzv_shard_loop(&self->set.shards[0]);
     rdzv_server_stop(self);
     return rc;
 }

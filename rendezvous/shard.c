@@ -3,6 +3,7 @@
 #include "rdzv_proto.h"
 #include "rdzv_util.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,9 +18,9 @@
  * request (the last rank of a group, say) is committed and answered at once. */
 #define S_BUSY_MS 10
 
-int rdzv_shard_init(rdzv_shard_t *self, rdzv_server_t *server, int index, zsock_t *router)
+int rdzv_shard_init(rdzv_shard_t *self, rdzv_shard_set_t *set, int index, zsock_t *router)
 {
-    self->server = server;
+    self->set = set;
     self->index = index;
     self->router = router;
     self->sock = zsock_resolve(router);
@@ -153,20 +154,20 @@ static bool s_hand_over(rdzv_shard_t *to, rdzv_reply_t *v, size_t n, uint64_t ga
  * sends them. */
 static void s_dispatch(rdzv_shard_t *self, rdzv_outbox_t *out, uint64_t gate)
 {
-    rdzv_server_t *server = self->server;
+    rdzv_shard_set_t *set = self->set;
     size_t others = 0;
-    for (int t = 0; t < server->count; t++) {
+    for (int t = 0; t < set->count; t++) {
         if (t == self->index || out[t].len == 0)
             continue;
         others += out[t].len;
-        if (s_hand_over(&server->shards[t], out[t].v, out[t].len, gate))
-            rdzv_shard_wake(&server->shards[t]);
+        if (s_hand_over(&set->shards[t], out[t].v, out[t].len, gate))
+            rdzv_shard_wake(&set->shards[t]);
     }
     int64_t t_queued = rdzv_trace_ns();
     rdzv_outbox_t *mine = &out[self->index];
     s_render(mine->v, mine->len);
     if (mine->len)                   /* a tick with nothing to send waits for nothing */
-        rdzv_core_commit_wait(server->core, gate);
+        rdzv_core_wait(set->core, gate);
     int64_t t_durable = rdzv_trace_ns();
     s_send_all(self, mine->v, mine->len);
     free(mine->v);
@@ -179,23 +180,25 @@ static void s_dispatch(rdzv_shard_t *self, rdzv_outbox_t *out, uint64_t gate)
 
 static void s_commit_and_send(rdzv_shard_t *self, bool tick)
 {
-    rdzv_server_t *server = self->server;
-    rdzv_core_t *core = server->core;
-    rdzv_outbox_t out[RDZV_MAX_SHARDS];
-    size_t count = 0;
-    uint64_t gate = 0;
-    rdzv_core_lock(core);
+    rdzv_shard_set_t *set = self->set;
+    rdzv_core_t *core = set->core;
+    rdzv_commit_t commit;
     int64_t now = rdzv_now_ms();
+    rdzv_core_begin(core, now);
     if (tick)
-        rdzv_core_tick(core, now);
-    if (rdzv_core_journal_pending(core))
-        server->last_commit_ms = now;
+        rdzv_core_tick(core);
     int64_t t_commit = rdzv_trace_ns();
-    rdzv_core_commit_begin(core, &gate);
+    /* The lock goes before the journal is durable: whatever a request
+     * handled meanwhile sees is written, and its replies wait for a gate
+     * at or past this one. */
+    rdzv_core_end(core, &commit);
     int64_t t_written = rdzv_trace_ns();
-    for (int t = 0; t < server->count; t++) {
-        out[t].v = rdzv_core_take_shard_outbox(core, t, &out[t].len);
-        count += out[t].len;
+    if (commit.had_records)
+        atomic_store(&set->last_commit_ms, now);
+    size_t count = 0;
+    for (int t = 0; t < RDZV_MAX_SHARDS; t++) {
+        assert(t < set->count || commit.out[t].len == 0);
+        count += commit.out[t].len;
     }
     if (count >= RDZV_TRACE_MIN && !tick) {
         RDZV_TRACE("got", self->index, self->trace_got, count);
@@ -205,11 +208,7 @@ static void s_commit_and_send(rdzv_shard_t *self, bool tick)
     }
     /* stderr is fully buffered (rdzvd.c): one write per batch, not per line. */
     fflush(stderr);
-    /* The lock goes before the journal is durable: whatever a request
-     * handled meanwhile sees is written, and its replies wait for a gate
-     * at or past this one. */
-    rdzv_core_unlock(core);
-    s_dispatch(self, out, gate);
+    s_dispatch(self, commit.out, commit.gate);
 }
 
 static void s_flush_inbox(rdzv_shard_t *self)
@@ -229,7 +228,7 @@ static void s_flush_inbox(rdzv_shard_t *self)
     pthread_mutex_unlock(&self->lock);
     s_render(in, count);
     if (count)
-        rdzv_core_commit_wait(self->server->core, gate);
+        rdzv_core_wait(self->set->core, gate);
     int64_t t_durable = rdzv_trace_ns();
     s_send_all(self, in, count);
     free(in);
@@ -277,7 +276,7 @@ static int s_recv_batch(rdzv_shard_t *self, int max)
         if (r->extra_frames)
             s_drain_frames(self->sock);
         else
-            rdzv_core_parse(self->server->core, zmq_msg_data(&body), zmq_msg_size(&body),
+            rdzv_core_parse(self->set->core, zmq_msg_data(&body), zmq_msg_size(&body),
                             &r->parsed);
         zmq_msg_close(&body);
         n++;
@@ -285,25 +284,25 @@ static int s_recv_batch(rdzv_shard_t *self, int max)
     return n;
 }
 
-/* Handles a received batch under the core's lock; returns whether the
- * journal has changes waiting for a commit. */
+/* Handles a received batch under the core's lock; returns whether to wait
+ * for more requests before the commit: records wait for one, nothing
+ * urgent waits on them, and the shard is in a busy period. */
 static bool s_handle_batch(rdzv_shard_t *self, int n)
 {
-    rdzv_core_t *core = self->server->core;
+    rdzv_core_t *core = self->set->core;
     int64_t now = rdzv_now_ms();
-    rdzv_core_lock(core);
+    rdzv_core_begin(core, now);
     for (int i = 0; i < n; i++) {
         rdzv_shard_request_t *r = &self->batch[i];
         if (r->extra_frames)
             rdzv_core_error(core, &r->peer, RDZV_E_BAD_JSON, "a request is exactly one frame");
         else
-            rdzv_core_handle_parsed(core, &r->peer, &r->parsed, now);
+            rdzv_core_handle(core, &r->peer, &r->parsed);
         rdzv_peer_clear(&r->peer);   /* whatever keeps it made its own copy */
     }
-    bool pending = rdzv_core_journal_pending(core);
-    bool busy = now - self->server->last_commit_ms <= S_BUSY_MS;
-    rdzv_core_unlock(core);
-    return pending && busy;
+    rdzv_core_queued_t queued = rdzv_core_defer(core);
+    bool busy = now - atomic_load(&self->set->last_commit_ms) <= S_BUSY_MS;
+    return queued == RDZV_CORE_QUEUED && busy;
 }
 
 /* Waits up to ms for more requests, sending queued replies meanwhile. */
@@ -353,9 +352,9 @@ static void s_on_router(rdzv_shard_t *self)
 
 void rdzv_shard_loop(rdzv_shard_t *self)
 {
-    rdzv_server_t *server = self->server;
+    rdzv_shard_set_t *set = self->set;
     int64_t next_tick = rdzv_now_ms() + S_TICK_MS;
-    while (!atomic_load(&server->stopping)) {
+    while (!atomic_load(&set->stopping)) {
         if (self->index == 0 && zsys_interrupted)
             break;
         long timeout = -1;
@@ -380,5 +379,12 @@ void rdzv_shard_loop(rdzv_shard_t *self)
         }
     }
     if (self->index == 0)
-        rdzv_server_stop(server);
+        rdzv_shard_set_stop(set);
+}
+
+void rdzv_shard_set_stop(rdzv_shard_set_t *set)
+{
+    atomic_store(&set->stopping, 1);
+    for (int i = 0; set->shards && i < set->count; i++)
+        rdzv_shard_wake(&set->shards[i]);
 }

@@ -2,13 +2,13 @@
  * of the shared port. Shards take the core's lock only to handle a batch and
  * to commit it; receiving and sending, which is where libzmq spends its time,
  * run in parallel. A reply for a connection of another shard is queued to
- * that shard, which alone may touch its socket. Internal to server.c. */
+ * that shard, which alone may touch its socket. Used by server.c alone. */
 #ifndef RDZV_SHARD_H
 #define RDZV_SHARD_H
 
 #include "core.h"
-#include "server.h"
 
+#include <czmq.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -20,8 +20,10 @@ typedef struct {
     bool extra_frames;
 } rdzv_shard_request_t;
 
+typedef struct rdzv_shard_set rdzv_shard_set_t;
+
 typedef struct rdzv_shard {
-    rdzv_server_t *server;
+    rdzv_shard_set_t *set;
     int index;
     zsock_t *router;
     void *sock;
@@ -36,25 +38,25 @@ typedef struct rdzv_shard {
     int64_t trace_got, trace_handled;   /* trace.h: the last batch's times */
 } rdzv_shard_t;
 
-struct rdzv_server {
+/* A server's shards and what they share; the server (server.c) owns it. */
+struct rdzv_shard_set {
     rdzv_core_t *core;
     rdzv_shard_t *shards;
     int count;
-    int listeners;               /* SO_REUSEPORT listeners, spread over the shards */
-    zactor_t *auth;              /* ZAP handler checking client keys */
-    char *endpoint;
     atomic_int stopping;
-    int64_t last_commit_ms;      /* under the core's lock */
+    _Atomic int64_t last_commit_ms;  /* when a commit last wrote records */
 };
 
 /* Takes router over. Returns 0 or -1. */
-int rdzv_shard_init(rdzv_shard_t *self, rdzv_server_t *server, int index, zsock_t *router);
+int rdzv_shard_init(rdzv_shard_t *self, rdzv_shard_set_t *set, int index, zsock_t *router);
 void rdzv_shard_destroy(rdzv_shard_t *self);
 int rdzv_shard_start(rdzv_shard_t *self);
 void rdzv_shard_join(rdzv_shard_t *self);
 void rdzv_shard_wake(rdzv_shard_t *self);
-/* Serves until the server stops; shard 0 also runs the core's timers and
- * stops the server on SIGINT/SIGTERM. */
+/* Serves until the set stops; shard 0 also runs the core's timers and
+ * stops the set on SIGINT/SIGTERM. */
 void rdzv_shard_loop(rdzv_shard_t *self);
+/* Tells every shard of the set to stop (any thread). */
+void rdzv_shard_set_stop(rdzv_shard_set_t *set);
 
 #endif

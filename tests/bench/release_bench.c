@@ -7,7 +7,7 @@
  *
  *   rdzv-release-bench [--ranks N] [--repeat R] [--one-node]
  */
-#include "core.h"
+#include "core_drive.h"
 
 #include <getopt.h>
 #include <stdio.h>
@@ -45,7 +45,7 @@ static void s_join(rdzv_core_t *core, int world, int rank, int one_node)
                        one_node ? 0 : rank, rank);
     rdzv_peer_t peer = { .len = sizeof rank };
     memcpy(peer.id, &rank, sizeof rank);
-    rdzv_core_handle(core, &peer, frame, (size_t) len, 1000);
+    drive_request(core, &peer, frame, (size_t) len, 1000);
 }
 
 int main(int argc, char **argv)
@@ -100,23 +100,25 @@ int main(int argc, char **argv)
         }
         for (int r = 1; r < ranks; r++)
             s_join(core, ranks, r, one_node);
-        rdzv_core_commit(core);
-        size_t n = 0;
-        free(rdzv_core_take_outbox(core, &n));
+        drive_commit(core, 1000, NULL, NULL);
         double t0 = s_now_us();
         s_join(core, ranks, 0, one_node);
         held[rep] = s_now_us() - t0;
-        rdzv_core_commit(core);
-        rdzv_reply_t *out = rdzv_core_take_outbox_unrendered(core, &n);
+        rdzv_commit_t commit;
+        rdzv_core_begin(core, 1000);
+        rdzv_core_end(core, &commit);
+        rdzv_core_wait(core, commit.gate);
+        /* Every peer is on shard 0 here. */
+        rdzv_outbox_t *out = &commit.out[0];
         t0 = s_now_us();
         size_t ok = 0;
-        for (size_t i = 0; i < n; i++)
-            ok += rdzv_reply_render(&out[i]) == 0 && out[i].text
-                  && strstr(out[i].text, "\"assignment\"") != NULL;
+        for (size_t i = 0; i < out->len; i++)
+            ok += rdzv_reply_render(&out->v[i]) == 0 && out->v[i].text
+                  && strstr(out->v[i].text, "\"assignment\"") != NULL;
         format[rep] = s_now_us() - t0;
-        for (size_t i = 0; i < n; i++)
-            rdzv_reply_clear(&out[i]);
-        free(out);
+        for (size_t i = 0; i < out->len; i++)
+            rdzv_reply_clear(&out->v[i]);
+        free(out->v);
         rdzv_core_destroy(&core);
         char cmd[128];
         snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -24,7 +24,7 @@ ROWS = [
     ("shard has the last join, parsed", "got", "first"),
     ("release starts (core lock held)", "release_start", "first"),
     ("plans laid out and recorded", "laid_out", "first"),
-    ("release's records written, sync started", "written", "first"),
+    ("release's records appended", "recorded", "first"),
     ("sync thread calls fdatasync", "sync_begin", "first"),
     ("fdatasync returns", "sync_end", "first"),
     ("every reply queued", "replies_queued", "first"),

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "core_drive.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -42,11 +42,11 @@ static rdzv_core_t *s_open(void)
     return core;
 }
 
-static void s_drain(rdzv_core_t *core)
+static void s_drain(rdzv_core_t *core, int64_t now)
 {
-    rdzv_core_commit(core);
     size_t n = 0;
-    rdzv_reply_t *out = rdzv_core_take_outbox(core, &n);
+    rdzv_reply_t *out = NULL;
+    drive_commit(core, now, &out, &n);
     for (size_t i = 0; i < n; i++) {
         cJSON *reply = cJSON_Parse(out[i].text);
         if (!reply) {
@@ -54,7 +54,7 @@ static void s_drain(rdzv_core_t *core)
             abort();
         }
         cJSON_Delete(reply);
-        free(out[i].text);
+        rdzv_reply_clear(&out[i]);
     }
     free(out);
 }
@@ -65,16 +65,17 @@ static char *s_status(rdzv_core_t *core, int64_t now)
 {
     rdzv_peer_t peer = { .len = 1, .id = { 0xff } };
     const char *req = "{\"v\":1,\"op\":\"status\",\"id\":1}";
-    rdzv_core_handle(core, &peer, req, strlen(req), now);
-    rdzv_core_commit(core);
+    drive_request(core, &peer, req, strlen(req), now);
     size_t n = 0;
-    rdzv_reply_t *out = rdzv_core_take_outbox(core, &n);
+    rdzv_reply_t *out = NULL;
+    drive_commit(core, now, &out, &n);
     char *text = NULL;
     for (size_t i = 0; i < n; i++) {
-        if (!text && out[i].peer.id[0] == 0xff)
+        if (!text && out[i].peer.id[0] == 0xff) {
             text = out[i].text;
-        else
-            free(out[i].text);
+            out[i].text = NULL;
+        }
+        rdzv_reply_clear(&out[i]);
     }
     free(out);
     return text;
@@ -106,17 +107,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             peer.id[0] = (unsigned char) (peer.id[0] * 31 + data[start++]);
         if (start == end)
             start = off;             /* no '{': feed the bytes as they are */
-        rdzv_core_handle(core, &peer, (const char *) data + start, end - start, now);
+        drive_request(core, &peer, (const char *) data + start, end - start, now);
         now += 250;
-        if ((end - off) % 3 == 0) {
-            rdzv_core_tick(core, now);
-        }
-        s_drain(core);
+        if ((end - off) % 3 == 0)
+            drive_tick(core, now);
+        s_drain(core, now);
         off = end + 1;
     }
     now += 100000;                   /* past every wait */
-    rdzv_core_tick(core, now);
-    s_drain(core);
+    drive_tick(core, now);
+    s_drain(core, now);
     char *before = s_status(core, now);
     rdzv_core_destroy(&core);
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "proto.h"
+#include "reply.h"
 #include "rdzv_proto.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

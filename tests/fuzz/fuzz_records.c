@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "core_drive.h"
 #include "journal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -69,14 +69,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         /* Whatever replay built must answer a status request. */
         rdzv_peer_t peer = { .len = 1 };
         const char *req = "{\"v\":1,\"op\":\"status\",\"id\":1}";
-        rdzv_core_handle(core, &peer, req, strlen(req), 5000);
-        rdzv_core_tick(core, 100000);
-        rdzv_core_commit(core);
-        size_t n = 0;
-        rdzv_reply_t *out = rdzv_core_take_outbox(core, &n);
-        for (size_t i = 0; i < n; i++)
-            free(out[i].text);
-        free(out);
+        drive_request(core, &peer, req, strlen(req), 5000);
+        drive_tick(core, 100000);
+        drive_commit(core, 100000, NULL, NULL);
         rdzv_core_destroy(&core);
     }
     return 0;

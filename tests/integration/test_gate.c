@@ -81,7 +81,7 @@ START_TEST(test_no_reply_before_durable)
     int64_t until = rdzv_now_ms() + 20000;
     for (bool settled = false; !settled && rdzv_now_ms() < until; usleep(1000)) {
         pthread_mutex_lock(&core->lock);
-        rdzv_group_t *g = rdzv_core_group(core, "gate");
+        rdzv_group_t *g = rdzv_state_group(&core->state, "gate");
         settled = g && g->joined == RANKS - 1 && !rdzv_journal_pending(core->journal)
                   && rdzv_journal_sync_busy_s(core->journal) == 0
                   && atomic_load(&held_sync_entered) == atomic_load(&held_sync_done);

@@ -1,5 +1,5 @@
 /* rdzvd's HTTP endpoint (rendezvous/http.c) on a loopback port, driven by a
- * plain-socket HTTP/1.0 client against a core fed through rdzv_core_handle. */
+ * plain-socket HTTP/1.0 client against a core fed through core.h's sequence. */
 #include <arpa/inet.h>
 #include "check_run.h"
 #include <check.h>
@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core_drive.h"
 #include "core_state.h"   /* white-box: reads the core's state */
 #include "held_sync.h"
 #include "http.h"
@@ -123,15 +124,8 @@ static void s_send(const char *fmt, ...)
     vsnprintf(frame, sizeof frame, fmt, ap);
     va_end(ap);
     rdzv_peer_t peer = { .len = 1, .id = { 1 } };
-    pthread_mutex_lock(&core->lock);
-    rdzv_core_handle(core, &peer, frame, strlen(frame), rdzv_now_ms());
-    ck_assert_int_eq(rdzv_core_commit(core), 0);
-    size_t n = 0;
-    rdzv_reply_t *out = rdzv_core_take_outbox(core, &n);
-    for (size_t i = 0; i < n; i++)
-        free(out[i].text);
-    free(out);
-    pthread_mutex_unlock(&core->lock);
+    drive_request(core, &peer, frame, strlen(frame), rdzv_now_ms());
+    ck_assert_int_eq(drive_commit(core, rdzv_now_ms(), NULL, NULL), 0);
 }
 
 static void s_join_as(const char *group, int world, int rank, const char *session)
@@ -275,11 +269,12 @@ START_TEST(test_healthz_fails_on_a_stalled_journal_sync)
     const char *join = "{\"v\":1,\"id\":1,\"op\":\"join\",\"group\":\"g\",\"world\":1,"
                        "\"rank\":0,\"host\":\"h\",\"node\":\"n\",\"session\":\"s\"}";
     rdzv_peer_t peer = { .len = 1, .id = { 1 } };
-    uint64_t gate = 0;
-    pthread_mutex_lock(&core->lock);
-    rdzv_core_handle(core, &peer, join, strlen(join), rdzv_now_ms());
-    ck_assert_int_eq(rdzv_core_commit_begin(core, &gate), 0);
-    pthread_mutex_unlock(&core->lock);
+    rdzv_parsed_t parsed;
+    rdzv_commit_t commit;
+    rdzv_core_parse(core, join, strlen(join), &parsed);
+    rdzv_core_begin(core, rdzv_now_ms());
+    rdzv_core_handle(core, &peer, &parsed);
+    ck_assert_int_eq(rdzv_core_end(core, &commit), 0);
     s_response_t r;
     s_fetch("/healthz", &r);
     ck_assert_int_eq(r.status, 200);             /* a sync just begun is no stall */
@@ -292,16 +287,16 @@ START_TEST(test_healthz_fails_on_a_stalled_journal_sync)
     ck_assert_int_eq(r.status, 503);
     ck_assert_ptr_nonnull(strstr(r.body, "journal sync stalled"));
     atomic_store(&held_sync_hold, 0);
-    rdzv_core_commit_wait(core, gate);
+    rdzv_core_wait(core, commit.gate);
     s_fetch("/healthz", &r);
     ck_assert_int_eq(r.status, 200);
     s_fetch("/metrics", &r);
     ck_assert_double_ge(s_sample(r.body, "rdzv_journal_fsync_seconds_count"), 1);
-    size_t n = 0;
-    rdzv_reply_t *out = rdzv_core_take_outbox(core, &n);
-    for (size_t i = 0; i < n; i++)
-        rdzv_reply_clear(&out[i]);
-    free(out);
+    for (int t = 0; t < RDZV_MAX_SHARDS; t++) {
+        for (size_t i = 0; i < commit.out[t].len; i++)
+            rdzv_reply_clear(&commit.out[t].v[i]);
+        free(commit.out[t].v);
+    }
 }
 END_TEST
 
@@ -401,10 +396,8 @@ START_TEST(test_groups_json)
     ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(g, "members")), 2);
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(g, "complete")));
     /* Exactly what the status operation answers, minus the envelope. */
-    pthread_mutex_lock(&core->lock);
-    cJSON *expect = rdzv_group_status(core, rdzv_core_group(core, "g"));
-    pthread_mutex_unlock(&core->lock);
-    ck_assert(cJSON_Compare(g, expect, 1));
+    cJSON *expect = rdzv_core_status_json(core, "g", rdzv_now_ms());
+    ck_assert(cJSON_Compare(g, cJSON_GetArrayItem(expect, 0), 1));
     cJSON_Delete(expect);
     cJSON_Delete(root);
 

@@ -1,5 +1,6 @@
-/* The rendezvous state machine driven without sockets: requests in, the
- * outbox out. Each test is one rule of docs/protocol.md. */
+/* The rendezvous state machine driven without sockets, through core.h's
+ * sequence: requests in, replies out. Each test is one rule of
+ * docs/protocol.md. */
 #include "check_run.h"
 #include <check.h>
 #include <stdarg.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core_drive.h"
 #include "core_state.h"   /* white-box: reads the core's state */
 #include "rdzv_proto.h"
 
@@ -70,14 +72,14 @@ static void s_clear_replies(void)
 
 static void s_collect(void)
 {
-    ck_assert_int_eq(rdzv_core_commit(core), 0);
     size_t n = 0;
-    rdzv_reply_t *out = rdzv_core_take_outbox(core, &n);
+    rdzv_reply_t *out = NULL;
+    ck_assert_int_eq(drive_commit(core, now, &out, &n), 0);
     for (size_t i = 0; i < n; i++) {
         int who = out[i].peer.id[0];
         cJSON_Delete(replies[who]);
         replies[who] = cJSON_Parse(out[i].text);
-        free(out[i].text);
+        rdzv_reply_clear(&out[i]);
     }
     free(out);
 }
@@ -92,7 +94,7 @@ static void s_send(int who, const char *fmt, ...)
     va_end(ap);
     rdzv_peer_t peer = { .len = 1 };
     peer.id[0] = (unsigned char) who;
-    rdzv_core_handle(core, &peer, frame, strlen(frame), now);
+    drive_request(core, &peer, frame, strlen(frame), now);
     s_collect();
 }
 
@@ -228,7 +230,7 @@ START_TEST(test_rank_taken_while_forming)
     ck_assert_str_eq(s_error(1), RDZV_E_RANK_TAKEN);
     /* Once the first session's wait is over, a new session may take it. */
     now += 6000;
-    rdzv_core_tick(core, now);
+    drive_tick(core, now);
     s_collect();
     ck_assert_str_eq(s_error(0), RDZV_E_TIMEOUT);
     s_clear_replies();
@@ -295,7 +297,7 @@ START_TEST(test_kv_put_get_wait)
     ck_assert_str_eq(s_error(4), RDZV_E_NOT_FOUND);
     s_send(5, "{\"v\":1,\"op\":\"kv_wait\",\"group\":\"g\",\"epoch\":1,\"key\":\"late\",\"timeout_ms\":10}");
     now += 20;
-    rdzv_core_tick(core, now);
+    drive_tick(core, now);
     s_collect();
     ck_assert_str_eq(s_error(5), RDZV_E_TIMEOUT);
     s_clear_replies();
@@ -311,7 +313,7 @@ START_TEST(test_delete_frees_plans_and_waiters)
     ck_assert_str_eq(s_error(2), RDZV_E_NOT_FOUND);
     s_send(4, "{\"v\":1,\"op\":\"group_delete\",\"group\":\"a\"}");
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[4], "ok")));
-    ck_assert_int_eq(rdzv_plans_count(core->plans, "node"), 0);
+    ck_assert_int_eq(rdzv_plans_count(core->state.plans, "node"), 0);
     s_clear_replies();
 }
 END_TEST
@@ -324,7 +326,7 @@ START_TEST(test_ports_exhausted)
     for (int r = 0; r < 9; r++)
         ck_assert_str_eq(s_error(r), RDZV_E_PORTS_EXHAUSTED);
     /* All or nothing: the eight blocks that fitted are not left behind. */
-    ck_assert_int_eq(rdzv_plans_count(core->plans, "node"), 0);
+    ck_assert_int_eq(rdzv_plans_count(core->state.plans, "node"), 0);
     s_clear_replies();
 }
 END_TEST
@@ -368,7 +370,7 @@ START_TEST(test_compaction_not_every_commit)
     for (int i = 0; i < 10; i++) {
         s_send(1, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"s\","
                "\"value\":\"%d\"}", i);
-        ck_assert_int_eq(rdzv_core_commit(core), 0);
+        ck_assert_int_eq(drive_commit(core, now, NULL, NULL), 0);
     }
     ck_assert_uint_eq(core->metrics.compactions, compactions);
     /* Once the file has doubled it is compacted again, and only then. */
@@ -507,8 +509,8 @@ START_TEST(test_plans_record)
     for (int k = 0; k < 2; k++) {
         s_rewrite_journal(kinds[k]);
         s_open();
-        ck_assert_int_eq(rdzv_plans_count(core->plans, "n0"), 3);
-        ck_assert_int_eq(rdzv_plans_count(core->plans, "n1"), 3);
+        ck_assert_int_eq(rdzv_plans_count(core->state.plans, "n0"), 3);
+        ck_assert_int_eq(rdzv_plans_count(core->state.plans, "n1"), 3);
         s_join(4, "g", 6, 4, "n1", "s");
         char *after = cJSON_PrintUnformatted(s_assignment(4));
         ck_assert_str_eq(before, after);
@@ -562,14 +564,14 @@ START_TEST(test_plans_record_rank_moves_node)
     s_join(1, "g", 2, 1, "n2", "s1b");           /* rank 1's Pod moved */
     s_join(0, "g", 2, 0, "n0", "s0");
     ck_assert_int_eq(s_field(s_assignment(1), "epoch"), 2);
-    ck_assert_int_eq(rdzv_plans_find(core->plans, "n2", "g", 1), 19500);
+    ck_assert_int_eq(rdzv_plans_find(core->state.plans, "n2", "g", 1), 19500);
     s_clear_replies();
     rdzv_core_destroy(&core);
     s_open();
-    ck_assert_int_eq(rdzv_plans_find(core->plans, "n0", "g", 0), 19500);
-    ck_assert_int_eq(rdzv_plans_find(core->plans, "n1", "g", 1), 19500);
-    ck_assert_int_eq(rdzv_plans_find(core->plans, "n2", "g", 1), 19500);
-    ck_assert_int_eq(rdzv_plans_count(core->plans, "n2"), 1);
+    ck_assert_int_eq(rdzv_plans_find(core->state.plans, "n0", "g", 0), 19500);
+    ck_assert_int_eq(rdzv_plans_find(core->state.plans, "n1", "g", 1), 19500);
+    ck_assert_int_eq(rdzv_plans_find(core->state.plans, "n2", "g", 1), 19500);
+    ck_assert_int_eq(rdzv_plans_count(core->state.plans, "n2"), 1);
 }
 END_TEST
 
@@ -587,9 +589,9 @@ START_TEST(test_plans_record_escapes_node_names)
     s_clear_replies();
     rdzv_core_destroy(&core);
     s_open();
-    ck_assert_int_eq(rdzv_plans_count(core->plans, "q\"u\\o"), 2);
-    ck_assert_int_eq(rdzv_plans_find(core->plans, "q\"u\\o", "g", 1), 19532);
-    ck_assert_int_eq(rdzv_plans_find(core->plans, "p\xc3\xb6" "d", "g", 3), 19532);
+    ck_assert_int_eq(rdzv_plans_count(core->state.plans, "q\"u\\o"), 2);
+    ck_assert_int_eq(rdzv_plans_find(core->state.plans, "q\"u\\o", "g", 1), 19532);
+    ck_assert_int_eq(rdzv_plans_find(core->state.plans, "p\xc3\xb6" "d", "g", 3), 19532);
     s_join(3, "g", 4, 3, "p\xc3\xb6" "d", "s");
     char *after = cJSON_PrintUnformatted(s_assignment(3));
     ck_assert_str_eq(before, after);
@@ -628,7 +630,7 @@ START_TEST(test_limits)
     /* The same ROUTER identity on another shard is another connection. */
     rdzv_peer_t other_shard = { .len = 1, .id = { 6 }, .shard = 1 };
     const char *status = "{\"v\":1,\"op\":\"status\"}";
-    rdzv_core_handle(core, &other_shard, status, strlen(status), now);
+    drive_request(core, &other_shard, status, strlen(status), now);
     s_collect();
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[6], "ok")));
     now += 1000;                                                   /* refilled */
@@ -651,12 +653,12 @@ START_TEST(test_join_refused_for_waits_makes_no_group)
     s_join(1, "w2", 2, 0, "n", "s0");
     ck_assert_str_eq(s_error(1), RDZV_E_LIMIT);
     ck_assert_uint_eq(rdzv_journal_size(core->journal), size);
-    ck_assert_ptr_null(rdzv_core_group(core, "w2"));
+    ck_assert_ptr_null(rdzv_state_group(&core->state, "w2"));
     s_send(2, "{\"v\":1,\"op\":\"status\",\"group\":\"w2\"}");
     ck_assert_str_eq(s_error(2), RDZV_E_NOT_FOUND);
     /* Once w1's wait times out, w2 is made with the world its creator asks for. */
     now += 6000;
-    rdzv_core_tick(core, now);
+    drive_tick(core, now);
     s_collect();
     ck_assert_str_eq(s_error(0), RDZV_E_TIMEOUT);
     s_join(4, "w2", 1, 0, "n", "s0");

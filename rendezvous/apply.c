@@ -1,7 +1,7 @@
 /* Applying journal records to memory. The live handlers and the replay at
  * start-up go through these same functions, so what rdzvd knows after a
  * restart is exactly what it had recorded. */
-#include "core_state.h"
+#include "state.h"
 #include "records.h"
 #include "rdzv_proto.h"
 
@@ -18,21 +18,16 @@ static int s_set(char **field, const char *value)
     return 0;
 }
 
-static int s_apply_group(rdzv_core_t *self, const rdzv_record_t *rec)
+static int s_apply_group(rdzv_state_t *self, const rdzv_record_t *rec)
 {
     int64_t world = rec->u.group.world, count = rec->u.group.nccl_ids;
     const char *name = rec->group;
-    if (world <= 0 || world > self->cfg.max_world || rdzv_core_group(self, name)
-        || count < 1 || count > 64)
+    if (world <= 0 || world > self->cfg->max_world || count < 1 || count > 64)
         return -1;
-    rdzv_group_t *g = rdzv_group_new(name, (int) world, rec->u.group.nccl, (int) count);
-    if (!g)
-        return -1;
-    zhashx_insert(self->groups, name, g);
-    return 0;
+    return rdzv_state_add_group(self, name, (int) world, rec->u.group.nccl, (int) count) ? 0 : -1;
 }
 
-static int s_apply_join(rdzv_core_t *self, rdzv_group_t *g, const rdzv_record_t *rec)
+static int s_apply_join(rdzv_state_t *self, rdzv_group_t *g, const rdzv_record_t *rec)
 {
     int64_t rank = rec->u.join.rank, epoch = rec->u.join.epoch;
     const char *host = rec->u.join.host, *node = rec->u.join.node;
@@ -89,7 +84,7 @@ static int s_apply_complete(rdzv_group_t *g, const rdzv_record_t *rec)
     return 0;
 }
 
-static int s_apply_plan(rdzv_core_t *self, rdzv_group_t *g, const rdzv_record_t *rec)
+static int s_apply_plan(rdzv_state_t *self, rdzv_group_t *g, const rdzv_record_t *rec)
 {
     int64_t rank = rec->u.plan.rank, start = rec->u.plan.start, count = rec->u.plan.count;
     if (rank < 0 || rank >= g->world || start < 0 || start > 65535 || count <= 0 || count > 65536)
@@ -111,7 +106,7 @@ static const char *s_plans_node(const rdzv_group_t *g, const cJSON *node_item, i
 /* "plans": the blocks one release laid out, as parallel arrays (one record
  * per release rather than one per rank: a 1024-rank release wrote 1024
  * records before). All or nothing. */
-static int s_apply_plans(rdzv_core_t *self, rdzv_group_t *g, const rdzv_record_t *rec)
+static int s_apply_plans(rdzv_state_t *self, rdzv_group_t *g, const rdzv_record_t *rec)
 {
     const cJSON *ranks = rec->u.plans.ranks, *nodes = rec->u.plans.nodes;
     const cJSON *starts = rec->u.plans.starts;
@@ -154,15 +149,15 @@ static int s_apply_kv(rdzv_group_t *g, const rdzv_record_t *rec)
     return 0;
 }
 
-int rdzv_core_apply(void *arg, const cJSON *json)
+int rdzv_state_apply(void *arg, const cJSON *json)
 {
-    rdzv_core_t *self = arg;
+    rdzv_state_t *self = arg;
     rdzv_record_t rec;
     if (rdzv_record_read(json, &rec) < 0)
         return -1;
     if (rec.kind == RDZV_REC_GROUP)
         return s_apply_group(self, &rec);
-    rdzv_group_t *g = rdzv_core_group(self, rec.group);
+    rdzv_group_t *g = rdzv_state_group(self, rec.group);
     if (!g)
         return -1;
     switch (rec.kind) {
@@ -173,8 +168,7 @@ int rdzv_core_apply(void *arg, const cJSON *json)
     case RDZV_REC_PLAN: return s_apply_plan(self, g, &rec);
     case RDZV_REC_KV: return s_apply_kv(g, &rec);
     case RDZV_REC_DELETE:
-        rdzv_plans_release_group(self->plans, rec.group);
-        zhashx_delete(self->groups, rec.group);
+        rdzv_state_remove_group(self, rec.group);
         return 0;
     default:
         return -1;

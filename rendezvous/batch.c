@@ -1,0 +1,134 @@
+/* A batch's records and replies (batch.h). */
+#include "batch.h"
+#include "log.h"
+#include "rdzv_proto.h"
+
+#include <assert.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int rdzv_batch_record(rdzv_batch_t *self, cJSON *record)
+{
+    if (!record)
+        return -1;
+    int rc = rdzv_journal_append(self->journal, record);
+    if (rc == 0)
+        rc = rdzv_state_apply(self->state, record);
+    cJSON_Delete(record);
+    return rc;
+}
+
+int rdzv_batch_record_applied(rdzv_batch_t *self, cJSON *record)
+{
+    int rc = record ? rdzv_journal_append(self->journal, record) : -1;
+    cJSON_Delete(record);
+    return rc;
+}
+
+/* The next free slot of the outbox of peer's shard, or NULL (out of memory). */
+static rdzv_reply_t *s_slot(rdzv_batch_t *self, const rdzv_peer_t *peer)
+{
+    /* Shards number their own peers: anything else is a bug, not input. */
+    assert(peer->shard >= 0 && peer->shard < RDZV_MAX_SHARDS);
+    rdzv_outbox_t *o = &self->outboxes[peer->shard];
+    if (o->len == o->cap) {
+        size_t cap = o->cap ? o->cap * 2 : 64;
+        rdzv_reply_t *grown = realloc(o->v, cap * sizeof *grown);
+        if (!grown)
+            return NULL;
+        o->v = grown;
+        o->cap = cap;
+    }
+    return &o->v[o->len++];
+}
+
+void rdzv_batch_reply(rdzv_batch_t *self, const rdzv_peer_t *peer, char *text)
+{
+    rdzv_reply_t *slot = text ? s_slot(self, peer) : NULL;
+    if (!slot) {
+        free(text);
+        return;
+    }
+    slot->text = text;
+    slot->shared = NULL;
+    rdzv_peer_copy(&slot->peer, peer);
+}
+
+void rdzv_batch_reply_assignment(rdzv_batch_t *self, const rdzv_peer_t *peer,
+                                 rdzv_shared_t *shared, int rank, int first_port, int ports)
+{
+    rdzv_reply_t *slot = shared ? s_slot(self, peer) : NULL;
+    if (!slot)
+        return;
+    rdzv_peer_copy(&slot->peer, peer);
+    slot->text = NULL;
+    slot->shared = rdzv_shared_ref(shared);
+    slot->rank = rank;
+    slot->first_port = first_port;
+    slot->ports = ports;
+}
+
+void rdzv_batch_error(rdzv_batch_t *self, const rdzv_peer_t *peer, const char *code,
+                      const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    int code_index = rdzv_error_code_index(code);
+    if (code_index >= 0)
+        self->metrics->refusals[code_index]++;
+    if (strcmp(code, RDZV_E_TIMEOUT) != 0)
+        rdzv_core_log("refuse", "code=%s %s", code, msg);
+    rdzv_batch_reply(self, peer, rdzv_reply_error(peer->req, code, msg));
+}
+
+bool rdzv_batch_wait_ok(rdzv_batch_t *self, const rdzv_peer_t *peer)
+{
+    int max = self->cfg->limits.max_waits;
+    if (self->pending_at_tick + self->added_since_tick >= max) {
+        /* The bound only grows between ticks: count exactly near the limit. */
+        self->pending_at_tick = rdzv_state_pending(self->state);
+        self->added_since_tick = 0;
+    }
+    if (self->pending_at_tick + self->added_since_tick < max) {
+        self->added_since_tick++;
+        return true;
+    }
+    rdzv_batch_error(self, peer, RDZV_E_LIMIT, "%d requests are waiting, the limit", max);
+    return false;
+}
+
+void rdzv_batch_refuse_all(rdzv_batch_t *self, const char *message)
+{
+    for (int t = 0; t < RDZV_MAX_SHARDS; t++) {
+        rdzv_outbox_t *o = &self->outboxes[t];
+        for (size_t i = 0; i < o->len; i++) {
+            /* The same peer, another text. */
+            free(o->v[i].text);
+            rdzv_shared_unref(&o->v[i].shared);
+            o->v[i].text = rdzv_reply_error(o->v[i].peer.req, RDZV_E_INTERNAL, message);
+        }
+    }
+}
+
+void rdzv_batch_take(rdzv_batch_t *self, int shard, rdzv_outbox_t *out)
+{
+    assert(shard >= 0 && shard < RDZV_MAX_SHARDS);
+    *out = self->outboxes[shard];
+    self->outboxes[shard] = (rdzv_outbox_t) { 0 };
+}
+
+void rdzv_batch_clear(rdzv_batch_t *self)
+{
+    for (int t = 0; t < RDZV_MAX_SHARDS; t++) {
+        rdzv_outbox_t *o = &self->outboxes[t];
+        for (size_t i = 0; i < o->len; i++)
+            rdzv_reply_clear(&o->v[i]);
+        free(o->v);
+        *o = (rdzv_outbox_t) { 0 };
+    }
+}

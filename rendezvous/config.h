@@ -1,0 +1,24 @@
+/* rdzvd's settings, as rdzvd.c reads them from its command line. */
+#ifndef RDZV_CONFIG_H
+#define RDZV_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "quota.h"
+
+typedef struct {
+    int port_base, ports_per_rank, port_limit, max_world;
+    int64_t dead_after_ms;
+    bool do_fsync, repair;
+    bool nccl_default;           /* groups get server-made IDs by default */
+    int max_nccl_ids;            /* IDs per epoch a group may ask for */
+    const char *nccl_helper;     /* path of rdzv-nccl-root, NULL without NCCL */
+    int nccl_root_timeout_s;
+    const char *state_dir;
+    const char *group_token;     /* every request must carry it; NULL: none */
+    uint64_t compact_bytes;      /* compact the journal past this size; 0: never */
+    rdzv_limits_t limits;
+} rdzv_config_t;
+
+#endif

@@ -1,0 +1,123 @@
+/* The assignment and status documents, built from a group's state. */
+#include "documents.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* nccl_unique_id is the first ID (or null), nccl_unique_ids all of them. */
+static void s_add_ids(cJSON *obj, const rdzv_group_t *g)
+{
+    const cJSON *first = g->nccl_ids ? cJSON_GetArrayItem(g->nccl_ids, 0) : NULL;
+    if (first)
+        cJSON_AddStringToObject(obj, "nccl_unique_id", first->valuestring);
+    else
+        cJSON_AddNullToObject(obj, "nccl_unique_id");
+    cJSON_AddItemToObject(obj, "nccl_unique_ids",
+                          g->nccl_ids ? cJSON_Duplicate(g->nccl_ids, 1) : cJSON_CreateArray());
+}
+
+static int s_port_start(const rdzv_state_t *st, const rdzv_group_t *g, int rank)
+{
+    return rdzv_plans_find(st->plans, g->members[rank]->node, g->name, rank);
+}
+
+static cJSON *s_members(const rdzv_state_t *st, const rdzv_group_t *g, bool with_ports,
+                        int64_t now_ms)
+{
+    cJSON *members = cJSON_CreateArray();
+    for (int r = 0; r < g->world; r++) {
+        const rdzv_member_t *m = g->members[r];
+        if (!m)
+            continue;
+        cJSON *item = cJSON_CreateObject();
+        cJSON_AddNumberToObject(item, "rank", r);
+        cJSON_AddStringToObject(item, "host", m->host);
+        cJSON_AddStringToObject(item, "node", m->node);
+        if (with_ports) {
+            int start = s_port_start(st, g, r);
+            if (start >= 0) {
+                int range[2] = { start, start + rdzv_plans_ports_per_rank(st->plans) - 1 };
+                cJSON_AddItemToObject(item, "ports", cJSON_CreateIntArray(range, 2));
+            } else
+                cJSON_AddNullToObject(item, "ports");
+            cJSON_AddNumberToObject(item, "epoch", (double) m->epoch);
+            cJSON_AddBoolToObject(item, "alive",
+                                  now_ms - m->last_seen_ms < st->cfg->dead_after_ms);
+        }
+        cJSON_AddItemToArray(members, item);
+    }
+    return members;
+}
+
+/* The fields every rank of the epoch shares, as JSON object members
+ * without braces: built with cJSON once per epoch (and members variant). */
+rdzv_shared_t *rdzv_group_shared(const rdzv_state_t *st, rdzv_group_t *g, bool with_members)
+{
+    rdzv_shared_t **slot = &g->shared[with_members];
+    if (*slot)
+        return *slot;
+    cJSON *a = cJSON_CreateObject();
+    cJSON_AddStringToObject(a, "group", g->name);
+    cJSON_AddNumberToObject(a, "epoch", (double) g->epoch);
+    cJSON_AddNumberToObject(a, "world", g->world);
+    cJSON_AddStringToObject(a, "master_addr", g->members[0]->host);
+    cJSON_AddNumberToObject(a, "master_port", s_port_start(st, g, 0));
+    int range[2] = { st->cfg->port_base, st->cfg->port_limit };
+    cJSON_AddItemToObject(a, "port_range", cJSON_CreateIntArray(range, 2));
+    s_add_ids(a, g);
+    if (with_members)
+        cJSON_AddItemToObject(a, "members", s_members(st, g, false, 0));
+    char *text = cJSON_PrintUnformatted(a);
+    cJSON_Delete(a);
+    if (!text)
+        return NULL;
+    /* Without the outer braces the text splices into each rank's object. */
+    *slot = rdzv_shared_new(text + 1, strlen(text) - 2);
+    free(text);
+    return *slot;
+}
+
+char *rdzv_assignment_text(const rdzv_state_t *st, rdzv_group_t *g, int rank, int64_t req_id,
+                           bool with_members)
+{
+    rdzv_reply_t reply = { .peer.req = req_id, .rank = rank,
+                           .shared = rdzv_shared_ref(rdzv_group_shared(st, g, with_members)),
+                           .first_port = s_port_start(st, g, rank),
+                           .ports = rdzv_plans_ports_per_rank(st->plans) };
+    if (!reply.shared || rdzv_reply_render(&reply) < 0) {
+        rdzv_reply_clear(&reply);
+        return NULL;
+    }
+    return reply.text;
+}
+
+static cJSON *s_status(const rdzv_state_t *st, rdzv_group_t *g, int64_t now_ms)
+{
+    cJSON *item = cJSON_CreateObject();
+    cJSON_AddStringToObject(item, "group", g->name);
+    cJSON_AddNumberToObject(item, "world", g->world);
+    cJSON_AddNumberToObject(item, "epoch", (double) g->epoch);
+    cJSON_AddBoolToObject(item, "complete", g->complete);
+    cJSON *joined = cJSON_AddArrayToObject(item, "joined");
+    for (int r = 0; r < g->world; r++)
+        if (g->members[r] && g->members[r]->epoch == g->epoch)
+            cJSON_AddItemToArray(joined, cJSON_CreateNumber(r));
+    cJSON_AddStringToObject(item, "nccl_mode", rdzv_nccl_mode_name(g->nccl_mode));
+    s_add_ids(item, g);
+    cJSON_AddItemToObject(item, "members", s_members(st, g, true, now_ms));
+    return item;
+}
+
+cJSON *rdzv_state_status(const rdzv_state_t *st, const char *group, int64_t now_ms)
+{
+    cJSON *groups = cJSON_CreateArray();
+    if (group) {
+        rdzv_group_t *g = rdzv_state_group(st, group);
+        if (g)
+            cJSON_AddItemToArray(groups, s_status(st, g, now_ms));
+    } else {
+        for (rdzv_group_t *g = zhashx_first(st->groups); g; g = zhashx_next(st->groups))
+            cJSON_AddItemToArray(groups, s_status(st, g, now_ms));
+    }
+    return groups;
+}

@@ -1,0 +1,24 @@
+/* What a group looks like from outside: a rank's assignment and the status
+ * document, built from the state alone. */
+#ifndef RDZV_DOCUMENTS_H
+#define RDZV_DOCUMENTS_H
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "reply.h"
+#include "state.h"
+
+/* The fields every rank of g's complete epoch shares, made once per epoch
+ * (and members variant) and kept in g; NULL out of memory. */
+rdzv_shared_t *rdzv_group_shared(const rdzv_state_t *st, rdzv_group_t *g, bool with_members);
+/* rank's whole assignment reply to request req_id, malloc'd; NULL out of
+ * memory. */
+char *rdzv_assignment_text(const rdzv_state_t *st, rdzv_group_t *g, int rank, int64_t req_id,
+                           bool with_members);
+/* The status objects of every group, or of the one named (an empty array
+ * if there is none), as the status op and /v1/groups answer them. */
+cJSON *rdzv_state_status(const rdzv_state_t *st, const char *group, int64_t now_ms);
+
+#endif

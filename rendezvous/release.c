@@ -1,0 +1,208 @@
+/* Completing an epoch: lay out plans, make the NCCL ID, answer every rank;
+ * and moving a group on to its next epoch. */
+#include "release.h"
+#include "documents.h"
+#include "log.h"
+#include "records.h"
+#include "rdzv_proto.h"
+#include "trace.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void s_refuse_waiters(rdzv_batch_t *self, rdzv_group_t *g, const char *code,
+                             const char *message)
+{
+    for (int r = 0; g->waiting > 0 && r < g->world; r++) {
+        rdzv_member_t *m = g->members[r];
+        if (m && m->waiting) {
+            m->waiting = false;
+            g->waiting--;
+            rdzv_batch_error(self, &m->peer, code, "group %s: %s", g->name, message);
+        }
+    }
+}
+
+typedef struct {
+    int *ranks, *starts;
+    int n;
+} s_layout_t;
+
+static void s_layout_undo(rdzv_batch_t *self, const rdzv_group_t *g, const s_layout_t *l)
+{
+    for (int i = 0; i < l->n; i++)
+        rdzv_plans_forget(self->state->plans, g->members[l->ranks[i]]->node, g->name, l->ranks[i]);
+}
+
+/* The new blocks as one "plans" record (apply.c applies it at replay). They
+ * are in memory already: the next rank on a node must see the previous one's
+ * block when it looks for a free one. Each block is on its rank's node as
+ * of the record, which the rank's join record before it holds: escaping
+ * 1024 node names again was a fifth of the release's instructions. */
+static int s_layout_record(rdzv_batch_t *self, const rdzv_group_t *g, const s_layout_t *l)
+{
+    return rdzv_batch_record_applied(self, rdzv_record_plans(
+        g->name, rdzv_plans_ports_per_rank(self->state->plans), l->ranks, l->starts, NULL, l->n));
+}
+
+/* A release walks every member in rank order, and the members, their
+ * nodes' entries and those entries' blocks were written by the shard
+ * threads that took the joins: on the device each was a cache miss in
+ * turn, ~280 ns a rank. Fetching a few ranks ahead overlaps them. */
+#define S_AHEAD 8
+/* The member S_AHEAD ranks on: its first two cache lines (the peer's
+ * fields and the identity's first bytes are in the second). */
+static void s_prefetch_member(const rdzv_group_t *g, int r)
+{
+    if (r + S_AHEAD < g->world && g->members[r + S_AHEAD]) {
+        __builtin_prefetch(g->members[r + S_AHEAD], 1);
+        __builtin_prefetch((const char *) g->members[r + S_AHEAD] + 64, 1);
+    }
+}
+
+static void s_prefetch_ahead(const rdzv_group_t *g, int r)
+{
+    s_prefetch_member(g, r);
+    if (r + S_AHEAD / 2 < g->world && g->members[r + S_AHEAD / 2])
+        rdzv_plans_prefetch(g->members[r + S_AHEAD / 2]->plan_node, false);
+    if (r + S_AHEAD / 4 < g->world && g->members[r + S_AHEAD / 4])
+        rdzv_plans_prefetch(g->members[r + S_AHEAD / 4]->plan_node, true);
+}
+
+/* Plans are laid out by rank, never by arrival, so they do not depend on
+ * join order; a (group, rank, node) that had a block keeps it. starts[r]
+ * gets rank r's first port. */
+static int s_lay_out_plans(rdzv_batch_t *self, rdzv_group_t *g, int *starts)
+{
+    size_t w = (size_t) g->world;
+    s_layout_t l = { .ranks = malloc(w * sizeof *l.ranks), .starts = malloc(w * sizeof *l.starts) };
+    const char *code = l.ranks && l.starts ? NULL : RDZV_E_INTERNAL;
+    for (int r = 0; !code && r < g->world; r++) {
+        s_prefetch_ahead(g, r);
+        const rdzv_member_t *m = g->members[r];
+        bool placed = false;
+        starts[r] = rdzv_plans_place(self->state->plans, m->plan_node, g->name, r, &placed);
+        if (starts[r] == -1) {
+            rdzv_core_log("refuse", "code=ports_exhausted group=%s rank=%d node=%s",
+                          g->name, r, m->node);
+            code = RDZV_E_PORTS_EXHAUSTED;
+        } else if (starts[r] < 0) {
+            code = RDZV_E_INTERNAL;
+        } else if (placed) {
+            l.ranks[l.n] = r;
+            l.starts[l.n++] = starts[r];
+        }
+    }
+    if (!code && l.n > 0 && s_layout_record(self, g, &l) < 0)
+        code = RDZV_E_INTERNAL;
+    if (code) {
+        s_layout_undo(self, g, &l);
+        bool exhausted = strcmp(code, RDZV_E_PORTS_EXHAUSTED) == 0;
+        s_refuse_waiters(self, g, code, exhausted ? "no free block of ports on a rank's node"
+                                                  : "cannot record a port plan");
+    }
+    free(l.ranks);
+    free(l.starts);
+    return code ? -1 : 0;
+}
+
+/* The epoch's IDs: made by the helper (server mode), brought by rank 0
+ * (rank0 mode; 1 = wait, rank 0 resends them after a rdzvd restart), or none. */
+static int s_make_nccl_ids(rdzv_batch_t *self, rdzv_group_t *g, cJSON **ids)
+{
+    char err[256];
+    if (g->nccl_mode == RDZV_NCCL_NONE) {
+        *ids = cJSON_CreateArray();
+        return 0;
+    }
+    if (g->nccl_mode == RDZV_NCCL_RANK0) {
+        if (!g->rank0_ids)
+            return 1;
+        *ids = cJSON_Duplicate(g->rank0_ids, 1);
+        return 0;
+    }
+    *ids = cJSON_CreateArray();
+    g->root = rdzv_ncclroot_start(self->cfg->nccl_helper, self->cfg->nccl_root_timeout_s,
+                                  g->nccl_count, *ids, err, sizeof err);
+    if (g->root)
+        return 0;
+    cJSON_Delete(*ids);
+    *ids = NULL;
+    rdzv_core_log("nccl", "group=%s cannot make an NCCL unique ID: %s", g->name, err);
+    s_refuse_waiters(self, g, RDZV_E_INTERNAL, "cannot make an NCCL unique ID");
+    return -1;
+}
+
+/* Queues rank's assignment by its parts; the shard that sends it formats
+ * it (reply.c). Per rank only the rank and its ports differ. */
+static void s_reply_assignment(rdzv_batch_t *self, rdzv_group_t *g, int rank, int start,
+                               const rdzv_peer_t *peer, bool with_members)
+{
+    rdzv_shared_t *shared = rdzv_group_shared(self->state, g, with_members);
+    if (!shared) {
+        rdzv_batch_error(self, peer, RDZV_E_INTERNAL, "out of memory");
+        return;
+    }
+    rdzv_batch_reply_assignment(self, peer, shared, rank, start,
+                                rdzv_plans_ports_per_rank(self->state->plans));
+}
+
+
+void rdzv_group_release(rdzv_batch_t *self, rdzv_group_t *g)
+{
+    int64_t t_start = rdzv_trace_ns();
+    cJSON *ids = NULL;
+    int *starts = malloc((size_t) g->world * sizeof *starts);
+    if (!starts) {
+        s_refuse_waiters(self, g, RDZV_E_INTERNAL, "out of memory");
+        return;
+    }
+    if (s_lay_out_plans(self, g, starts) < 0 || s_make_nccl_ids(self, g, &ids) != 0) {
+        free(starts);
+        return;
+    }
+    int64_t t_laid = rdzv_trace_ns();
+    if (rdzv_batch_record(self, rdzv_record_complete(g->name, g->epoch, ids)) < 0) {
+        rdzv_ncclroot_destroy(&g->root);
+        s_refuse_waiters(self, g, RDZV_E_INTERNAL, "cannot record the assignment");
+        free(starts);
+        return;
+    }
+    int64_t t_recorded = rdzv_trace_ns();
+    rdzv_core_log("assign", "group=%s epoch=%lld world=%d master=%s",
+                  g->name, (long long) g->epoch, g->world, g->members[0]->host);
+    for (int r = 0; r < g->world; r++) {
+        s_prefetch_member(g, r);
+        rdzv_member_t *m = g->members[r];
+        if (!m->waiting)
+            continue;
+        m->waiting = false;
+        s_reply_assignment(self, g, r, starts[r], &m->peer, m->want_members);
+        self->metrics->assignments++;
+        rdzv_histogram_observe(&self->metrics->join_latency,
+                               (double) (self->now_ms - m->joined_at_ms) / 1000.0);
+    }
+    g->waiting = 0;
+    self->released += g->world;
+    free(starts);
+    if (g->world >= RDZV_TRACE_MIN) {
+        RDZV_TRACE("release_start", -1, t_start, g->world);
+        RDZV_TRACE("laid_out", -1, t_laid, g->world);
+        RDZV_TRACE("recorded", -1, t_recorded, g->world);
+        RDZV_TRACE("replies_queued", -1, rdzv_trace_ns(), g->world);
+    }
+}
+
+int rdzv_group_next_epoch(rdzv_batch_t *self, rdzv_group_t *g, const char *why)
+{
+    for (rdzv_kv_waiter_t *w = zlistx_first(g->kv_waiters); w; w = zlistx_next(g->kv_waiters))
+        rdzv_batch_error(self, &w->peer, RDZV_E_STALE_EPOCH, "group %s moved past epoch %lld",
+                        g->name, (long long) g->epoch);
+    zlistx_purge(g->kv_waiters);
+    if (rdzv_batch_record(self, rdzv_record_epoch(g->name, g->epoch + 1)) < 0)
+        return -1;
+    self->metrics->epoch_changes++;
+    rdzv_core_log("epoch", "group=%s epoch=%lld reason=\"%s\"", g->name,
+                  (long long) g->epoch, why);
+    return 0;
+}

@@ -1,0 +1,148 @@
+/* The state's groups and members: made, looked up, freed. */
+#include "state.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A member's own strings; the member itself lives in its chunk. */
+static void s_member_clear(rdzv_member_t *m)
+{
+    if (!m)
+        return;
+    free(m->session);
+    free(m->host);
+    free(m->node);
+    rdzv_peer_clear(&m->peer);
+}
+
+static void s_kv_waiter_free(void **item)
+{
+    rdzv_kv_waiter_t *w = *item;
+    if (w) {
+        rdzv_peer_clear(&w->peer);
+        free(w->key);
+        free(w);
+        *item = NULL;
+    }
+}
+
+static void s_free_string(void **item)
+{
+    free(*item);
+    *item = NULL;
+}
+
+static void s_group_free(void **item)
+{
+    rdzv_group_t *g = *item;
+    if (!g)
+        return;
+    for (int r = 0; g->members && r < g->world; r++)
+        s_member_clear(g->members[r]);
+    for (int c = 0; g->member_chunks && c * RDZV_MEMBER_CHUNK < g->world; c++)
+        free(g->member_chunks[c]);
+    free(g->member_chunks);
+    free(g->members);
+    rdzv_ncclroot_destroy(&g->root);
+    zhashx_destroy(&g->kv);
+    zlistx_destroy(&g->kv_waiters);
+    cJSON_Delete(g->nccl_ids);
+    cJSON_Delete(g->rank0_ids);
+    rdzv_shared_unref(&g->shared[0]);
+    rdzv_shared_unref(&g->shared[1]);
+    free(g->name);
+    free(g);
+    *item = NULL;
+}
+
+static rdzv_group_t *s_group_new(const char *name, int world, rdzv_nccl_mode_t mode, int count)
+{
+    rdzv_group_t *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    g->name = strdup(name);
+    g->world = world;
+    g->epoch = 1;
+    g->nccl_mode = mode;
+    g->nccl_count = count;
+    g->members = calloc((size_t) world, sizeof *g->members);
+    g->member_chunks = calloc((size_t) (world + RDZV_MEMBER_CHUNK - 1) / RDZV_MEMBER_CHUNK,
+                              sizeof *g->member_chunks);
+    g->kv = zhashx_new();
+    zhashx_set_destructor(g->kv, s_free_string);
+    g->kv_waiters = zlistx_new();
+    zlistx_set_destructor(g->kv_waiters, s_kv_waiter_free);
+    if (!g->name || !g->members || !g->member_chunks || !g->kv || !g->kv_waiters) {
+        void *item = g;
+        s_group_free(&item);
+        return NULL;
+    }
+    return g;
+}
+
+int rdzv_state_init(rdzv_state_t *self, const rdzv_config_t *cfg)
+{
+    *self = (rdzv_state_t) { .cfg = cfg };
+    self->groups = zhashx_new();
+    self->plans = rdzv_plans_new(cfg->port_base, cfg->ports_per_rank, cfg->port_limit);
+    if (!self->groups || !self->plans) {
+        rdzv_state_clear(self);
+        return -1;
+    }
+    zhashx_set_destructor(self->groups, s_group_free);
+    return 0;
+}
+
+void rdzv_state_clear(rdzv_state_t *self)
+{
+    zhashx_destroy(&self->groups);
+    rdzv_plans_destroy(&self->plans);
+}
+
+rdzv_group_t *rdzv_state_group(const rdzv_state_t *self, const char *name)
+{
+    return zhashx_lookup(self->groups, name);
+}
+
+rdzv_group_t *rdzv_state_add_group(rdzv_state_t *self, const char *name, int world,
+                                   rdzv_nccl_mode_t mode, int nccl_count)
+{
+    if (rdzv_state_group(self, name))
+        return NULL;
+    rdzv_group_t *g = s_group_new(name, world, mode, nccl_count);
+    if (g && zhashx_insert(self->groups, name, g) != 0) {
+        void *item = g;
+        s_group_free(&item);
+        g = NULL;
+    }
+    return g;
+}
+
+void rdzv_state_remove_group(rdzv_state_t *self, const char *name)
+{
+    rdzv_plans_release_group(self->plans, name);
+    zhashx_delete(self->groups, name);
+}
+
+int rdzv_state_pending(const rdzv_state_t *self)
+{
+    size_t n = 0;
+    for (rdzv_group_t *g = zhashx_first(self->groups); g; g = zhashx_next(self->groups))
+        n += (size_t) g->waiting + zlistx_size(g->kv_waiters);
+    return (int) n;
+}
+
+rdzv_member_t *rdzv_group_member(rdzv_group_t *g, int rank)
+{
+    if (g->members[rank])
+        return g->members[rank];
+    int c = rank / RDZV_MEMBER_CHUNK;
+    if (!g->member_chunks[c]) {
+        int n = g->world - c * RDZV_MEMBER_CHUNK;
+        g->member_chunks[c] = calloc((size_t) (n < RDZV_MEMBER_CHUNK ? n : RDZV_MEMBER_CHUNK),
+                                     sizeof **g->member_chunks);
+        if (!g->member_chunks[c])
+            return NULL;
+    }
+    return g->members[rank] = &g->member_chunks[c][rank % RDZV_MEMBER_CHUNK];
+}

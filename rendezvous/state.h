@@ -1,0 +1,93 @@
+/* What rdzvd knows: its groups, their members and the port plans. Changed
+ * only by applying journal records (apply.c), live and at replay alike, and
+ * by the waits a batch sets on members (handlers.c, release.c). Knows
+ * nothing of sockets, the journal file or replies. */
+#ifndef RDZV_STATE_H
+#define RDZV_STATE_H
+
+#include <cjson/cJSON.h>
+#include <czmq.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "nccl_mode.h"
+#include "ncclroot.h"
+#include "plan.h"
+#include "reply.h"
+
+#define RDZV_MEMBER_CHUNK 64
+
+typedef struct {
+    char *session, *host, *node;
+    rdzv_plan_node_t *plan_node; /* node's entry in the plans */
+    int64_t epoch;               /* last epoch this rank joined; 0: none */
+    int64_t last_seen_ms;
+    int64_t joined_at_ms;        /* when this rank joined the forming epoch */
+    bool waiting;                /* a join of this rank awaits the epoch */
+    bool want_members;
+    rdzv_peer_t peer;
+    int64_t deadline_ms;
+} rdzv_member_t;
+
+typedef struct {
+    rdzv_peer_t peer;
+    char *key;
+    int64_t deadline_ms;
+} rdzv_kv_waiter_t;
+
+typedef struct {
+    char *name;
+    int world;
+    int64_t epoch;
+    bool complete;
+    int joined;                  /* ranks that joined the current epoch */
+    int waiting;                 /* members with a join waiting */
+    rdzv_nccl_mode_t nccl_mode;
+    int nccl_count;              /* IDs per epoch */
+    cJSON *nccl_ids;             /* this epoch's IDs (hex strings), NULL until complete */
+    cJSON *rank0_ids;            /* rank0 mode: what rank 0 brought to this epoch */
+    rdzv_ncclroot_t *root;       /* the helper hosting server-made roots */
+    rdzv_member_t **members;     /* world entries, NULL until joined */
+    /* The members themselves, RDZV_MEMBER_CHUNK ranks to a block made when
+     * the first of them joins: a release walks every member in rank order,
+     * and neighbours in memory make that a stream, not a scatter. */
+    rdzv_member_t **member_chunks;   /* RDZV_MEMBER_CHUNK members each */
+    /* The part of every rank's assignment that is the same for all ranks of
+     * the epoch, formatted once: with and without the members list. */
+    rdzv_shared_t *shared[2];
+    zhashx_t *kv;                /* key -> value, current epoch only */
+    zlistx_t *kv_waiters;        /* rdzv_kv_waiter_t */
+    uint64_t kv_bytes;           /* keys + values of the current epoch */
+} rdzv_group_t;
+
+typedef struct {
+    const rdzv_config_t *cfg;
+    zhashx_t *groups;            /* name -> rdzv_group_t */
+    rdzv_plans_t *plans;
+} rdzv_state_t;
+
+/* An empty state under cfg (which must outlive it). 0, or -1 (a bad port
+ * range, or out of memory). */
+int rdzv_state_init(rdzv_state_t *self, const rdzv_config_t *cfg);
+void rdzv_state_clear(rdzv_state_t *self);
+rdzv_group_t *rdzv_state_group(const rdzv_state_t *self, const char *name);
+/* Joins and kv waits pending now. */
+int rdzv_state_pending(const rdzv_state_t *self);
+/* Applies one journal record (apply.c): the replay's callback, and what
+ * every live change goes through after it is journaled. 0, or -1 for a
+ * record that does not fit the state (nothing changed then). */
+int rdzv_state_apply(void *self, const cJSON *record);
+
+/* A new group, held by the state; NULL if the name is taken or out of
+ * memory. */
+rdzv_group_t *rdzv_state_add_group(rdzv_state_t *self, const char *name, int world,
+                                   rdzv_nccl_mode_t mode, int nccl_count);
+/* Forgets the group and its port blocks. */
+void rdzv_state_remove_group(rdzv_state_t *self, const char *name);
+
+/* rank's member of g, made (zeroed, in its chunk) if it has none; NULL
+ * out of memory. */
+rdzv_member_t *rdzv_group_member(rdzv_group_t *g, int rank);
+
+#endif
