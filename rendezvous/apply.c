@@ -62,6 +62,7 @@ static int s_apply_epoch(rdzv_group_t *g, const rdzv_record_t *rec)
         if (g->members[r] && g->members[r]->epoch == epoch)
             g->joined++;
     rdzv_ncclroot_destroy(&g->root);
+    g->root_lost = false;
     cJSON_Delete(g->nccl_ids);
     g->nccl_ids = NULL;
     cJSON_Delete(g->rank0_ids);
@@ -167,6 +168,11 @@ int rdzv_state_apply(void *arg, const cJSON *json)
     case RDZV_REC_PLANS: return s_apply_plans(self, g, &rec);
     case RDZV_REC_PLAN: return s_apply_plan(self, g, &rec);
     case RDZV_REC_KV: return s_apply_kv(g, &rec);
+    case RDZV_REC_ROOT_DONE:
+        if (rec.u.complete.epoch != g->epoch || !g->complete)
+            return -1;
+        g->root_done_epoch = rec.u.complete.epoch;
+        return 0;
     case RDZV_REC_DELETE:
         rdzv_state_remove_group(self, rec.group);
         return 0;

@@ -6,6 +6,7 @@
 #include "documents.h"
 #include "handlers.h"
 #include "log.h"
+#include "records.h"
 #include "release.h"
 #include "rdzv_proto.h"
 #include "rdzv_util.h"
@@ -42,17 +43,16 @@ static int s_load(rdzv_core_t *self, char *err, size_t errlen)
     return 0;
 }
 
-/* A server-made ID whose root died with the previous rdzvd must never be
- * handed out again: such groups move on to a new epoch. In a batch. */
-static void s_retire_dead_roots(rdzv_core_t *self)
+/* A server-made ID whose root died with an earlier rdzvd before every rank
+ * reached it must never be handed out again. Nothing is recorded here: the
+ * group keeps its epoch, assignments and KV, and the next rank that asks for
+ * the IDs moves it on (handlers.c). Roots every rank reached are no loss. */
+static void s_mark_lost_roots(rdzv_core_t *self)
 {
-    zlistx_t *names = zhashx_keys(self->state.groups);
-    for (const char *name = zlistx_first(names); name; name = zlistx_next(names)) {
-        rdzv_group_t *g = rdzv_state_group(&self->state, name);
-        if (g->nccl_mode == RDZV_NCCL_SERVER && g->nccl_ids && !g->root)
-            rdzv_group_next_epoch(&self->batch, g, "nccl root of the previous rdzvd is gone");
-    }
-    zlistx_destroy(&names);
+    zhashx_t *groups = self->state.groups;
+    for (rdzv_group_t *g = zhashx_first(groups); g; g = zhashx_next(groups))
+        g->root_lost = g->nccl_mode == RDZV_NCCL_SERVER && g->complete && !g->root
+                       && g->root_done_epoch != g->epoch;
 }
 
 static void s_set_limits(rdzv_limits_t *l)
@@ -85,9 +85,9 @@ rdzv_core_t *rdzv_core_new(const rdzv_config_t *cfg, char *err, size_t errlen)
     }
     self->batch = (rdzv_batch_t) { .state = &self->state, .cfg = &self->cfg,
                                    .journal = self->journal, .metrics = &self->metrics };
+    s_mark_lost_roots(self);
     rdzv_commit_t commit;
     rdzv_core_begin(self, 0);
-    s_retire_dead_roots(self);
     int rc = rdzv_core_end(self, &commit);
     rdzv_core_wait(self, commit.gate);
     for (int t = 0; t < RDZV_MAX_SHARDS; t++)
@@ -203,10 +203,14 @@ static void s_tick_group(rdzv_batch_t *b, rdzv_group_t *g)
         w = next;
     }
     int report = g->root ? rdzv_ncclroot_poll(g->root) : -1;
-    if (report == 1)
+    if (report == 1) {
         rdzv_group_next_epoch(b, g, "nccl root timed out before every rank arrived");
-    else if (report == 0)
-        rdzv_ncclroot_destroy(&g->root);     /* every rank arrived; reap the helper */
+    } else if (report == 0) {
+        /* Every rank arrived: reap the helper, and record that a restart
+         * loses nothing of this epoch. */
+        rdzv_ncclroot_destroy(&g->root);
+        rdzv_batch_record(b, rdzv_record_root_done(g->name, g->epoch));
+    }
 }
 
 void rdzv_core_tick(rdzv_core_t *self)
@@ -245,7 +249,7 @@ static void s_reload(rdzv_core_t *self)
     }
     /* Freeing the groups killed their NCCL root helpers; a completion the
      * file holds must not hand out their IDs again. */
-    s_retire_dead_roots(self);
+    s_mark_lost_roots(self);
 }
 
 /* Writes what is queued. On a failed write the batch's changes never

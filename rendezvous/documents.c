@@ -91,6 +91,15 @@ char *rdzv_assignment_text(const rdzv_state_t *st, rdzv_group_t *g, int rank, in
     return reply.text;
 }
 
+/* Where a complete epoch's server-made root stands: a helper serves it,
+ * every rank reached it, or it died with an earlier rdzvd first. */
+static const char *s_root_state(const rdzv_group_t *g)
+{
+    if (g->root)
+        return "serving";
+    return g->root_lost ? "lost" : "done";
+}
+
 static cJSON *s_status(const rdzv_state_t *st, rdzv_group_t *g, int64_t now_ms)
 {
     cJSON *item = cJSON_CreateObject();
@@ -103,6 +112,8 @@ static cJSON *s_status(const rdzv_state_t *st, rdzv_group_t *g, int64_t now_ms)
         if (g->members[r] && g->members[r]->epoch == g->epoch)
             cJSON_AddItemToArray(joined, cJSON_CreateNumber(r));
     cJSON_AddStringToObject(item, "nccl_mode", rdzv_nccl_mode_name(g->nccl_mode));
+    if (g->nccl_mode == RDZV_NCCL_SERVER && g->complete)
+        cJSON_AddStringToObject(item, "nccl_root", s_root_state(g));
     s_add_ids(item, g);
     cJSON_AddItemToObject(item, "members", s_members(st, g, true, now_ms));
     return item;

@@ -107,7 +107,8 @@ static void s_handle_join(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdz
     rdzv_member_t *m = g ? g->members[req->rank] : NULL;
     bool same_session = m && strcmp(m->session, req->session) == 0;
     bool in_epoch = m && m->epoch == g->epoch;
-    if (same_session && g->complete && in_epoch) {
+    /* A lost root's IDs are worthless: the resume below moves the group on. */
+    if (same_session && g->complete && in_epoch && !g->root_lost) {
         m->last_seen_ms = self->now_ms;
         rdzv_batch_reply(self, peer, rdzv_assignment_text(self->state, g, req->rank, req->id,
                                                           req->members));
@@ -123,8 +124,9 @@ static void s_handle_join(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdz
         return;
     if (!g && !(g = s_make_group(self, peer, req)))
         return;
-    if (!same_session && in_epoch && g->complete
-        && rdzv_group_next_epoch(self, g, "a rank restarted") < 0) {
+    if (in_epoch && g->complete && (!same_session || g->root_lost)
+        && rdzv_group_next_epoch(self, g, same_session ? "the nccl root of an earlier rdzvd is gone"
+                                                       : "a rank restarted") < 0) {
         rdzv_batch_error(self, peer, RDZV_E_INTERNAL, "cannot record the new epoch");
         return;
     }

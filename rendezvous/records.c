@@ -9,7 +9,7 @@
 static const char *const s_kinds[] = {
     [RDZV_REC_GROUP] = "group", [RDZV_REC_JOIN] = "join", [RDZV_REC_EPOCH] = "epoch",
     [RDZV_REC_COMPLETE] = "complete", [RDZV_REC_PLANS] = "plans", [RDZV_REC_PLAN] = "plan",
-    [RDZV_REC_KV] = "kv", [RDZV_REC_DELETE] = "delete",
+    [RDZV_REC_KV] = "kv", [RDZV_REC_DELETE] = "delete", [RDZV_REC_ROOT_DONE] = "root_done",
 };
 #define S_KINDS ((int) (sizeof s_kinds / sizeof s_kinds[0]))
 
@@ -113,7 +113,8 @@ int rdzv_record_read(const cJSON *rec, rdzv_record_t *out)
     switch (k) {
     case RDZV_REC_GROUP: return s_read_group(rec, out);
     case RDZV_REC_JOIN: return s_read_join(rec, out);
-    case RDZV_REC_EPOCH: return s_num(rec, "epoch", &out->u.complete.epoch);
+    case RDZV_REC_EPOCH:
+    case RDZV_REC_ROOT_DONE: return s_num(rec, "epoch", &out->u.complete.epoch);
     case RDZV_REC_COMPLETE:
         /* The IDs are optional: records of groups without any. */
         out->u.complete.nccl_ids = s_array(rec, "nccl_ids");
@@ -170,6 +171,12 @@ cJSON *rdzv_record_join(const char *group, int rank, const char *host, const cha
 cJSON *rdzv_record_epoch(const char *group, int64_t epoch)
 {
     cJSON *rec = s_new(RDZV_REC_EPOCH, group);
+    return rec ? s_done(rec, cJSON_AddNumberToObject(rec, "epoch", (double) epoch)) : NULL;
+}
+
+cJSON *rdzv_record_root_done(const char *group, int64_t epoch)
+{
+    cJSON *rec = s_new(RDZV_REC_ROOT_DONE, group);
     return rec ? s_done(rec, cJSON_AddNumberToObject(rec, "epoch", (double) epoch)) : NULL;
 }
 

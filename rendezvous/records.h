@@ -20,6 +20,7 @@ typedef enum {
     RDZV_REC_PLAN,               /* one block (journals of rdzvd 0.1.0 before "plans") */
     RDZV_REC_KV,                 /* a key put in an epoch */
     RDZV_REC_DELETE,             /* the group was deleted */
+    RDZV_REC_ROOT_DONE,          /* every rank reached the epoch's server-made NCCL root */
 } rdzv_record_kind_t;
 
 /* A record as read: every field present with its type; ranges that depend
@@ -31,7 +32,7 @@ typedef struct {
     union {
         struct { int64_t world, nccl_ids; rdzv_nccl_mode_t nccl; } group;
         struct { int64_t rank, epoch; const char *host, *node, *session; } join;
-        struct { int64_t epoch; const cJSON *nccl_ids; } complete;  /* epoch and complete */
+        struct { int64_t epoch; const cJSON *nccl_ids; } complete;  /* epoch, complete, root_done */
         struct { int64_t count; const cJSON *ranks, *nodes, *starts; } plans;  /* nodes may be NULL */
         struct { int64_t rank, start, count; const char *node; } plan;
         struct { int64_t epoch; const char *key, *value; } kv;
@@ -56,5 +57,6 @@ cJSON *rdzv_record_plans(const char *group, int count, const int *ranks, const i
                          const char *const *nodes, int n);
 cJSON *rdzv_record_kv(const char *group, int64_t epoch, const char *key, const char *value);
 cJSON *rdzv_record_delete(const char *group);
+cJSON *rdzv_record_root_done(const char *group, int64_t epoch);
 
 #endif

@@ -48,6 +48,10 @@ typedef struct {
     cJSON *nccl_ids;             /* this epoch's IDs (hex strings), NULL until complete */
     cJSON *rank0_ids;            /* rank0 mode: what rank 0 brought to this epoch */
     rdzv_ncclroot_t *root;       /* the helper hosting server-made roots */
+    int64_t root_done_epoch;     /* the last epoch whose every rank reached its root */
+    /* The epoch's server-made root died with an earlier rdzvd before every
+     * rank reached it: the next rank to ask for the IDs moves the group on. */
+    bool root_lost;
     rdzv_member_t **members;     /* world entries, NULL until joined */
     /* The members themselves, RDZV_MEMBER_CHUNK ranks to a block made when
      * the first of them joins: a release walks every member in rank order,

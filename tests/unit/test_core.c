@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core_drive.h"
@@ -16,12 +17,15 @@
 static char dir[64];
 static rdzv_core_t *core;
 static int64_t now;
+/* A stand-in for rdzv-nccl-root when a test sets it: server-made IDs then. */
+static char helper[128];
 
 static rdzv_config_t s_config(void)
 {
     return (rdzv_config_t) { .port_base = 19500, .ports_per_rank = 32, .port_limit = 19500 + 8 * 32,
                              .max_world = 1024, .dead_after_ms = 15000, .do_fsync = false,
-                             .state_dir = dir };
+                             .state_dir = dir, .nccl_default = *helper != '\0',
+                             .nccl_helper = *helper ? helper : NULL, .nccl_root_timeout_s = 60 };
 }
 
 static void s_open(void)
@@ -54,6 +58,7 @@ static void setup(void)
 static void teardown(void)
 {
     rdzv_core_destroy(&core);
+    *helper = '\0';
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     ck_assert_int_eq(system(cmd), 0);
@@ -722,6 +727,96 @@ static const char *s_hex(char fill)
     return hex;
 }
 
+/* A helper speaking rdzv-nccl-root's protocol: count IDs of 256 hex
+ * digits (its pid in them: each helper's differ), then "done" (every rank reached the root) if done, and it lives
+ * until rdzvd closes its stdin. */
+static void s_fake_helper(bool done)
+{
+    snprintf(helper, sizeof helper, "%s/nccl-root", dir);
+    FILE *f = fopen(helper, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "#!/bin/sh\ni=0\nwhile [ $i -lt \"$2\" ]; do printf '%%0256d\\n' $(($$ * 100 + i)); i=$((i+1)); done\n"
+               "%s\nexec cat >/dev/null\n", done ? "echo done" : "");
+    ck_assert_int_eq(fclose(f), 0);
+    ck_assert_int_eq(chmod(helper, 0755), 0);
+    s_reopen_with((rdzv_limits_t) { 0 });
+}
+
+/* Forms group g of two server-made-ID ranks and puts k=v in epoch 1;
+ * returns the epoch's ID (the caller frees it). */
+static char *s_form_server_group(void)
+{
+    s_join(0, "g", 2, 0, "n0", "s0");
+    s_join(1, "g", 2, 1, "n1", "s1");
+    ck_assert_int_eq(s_field(s_assignment(0), "epoch"), 1);
+    const char *id = cJSON_GetObjectItem(s_assignment(0), "nccl_unique_id")->valuestring;
+    ck_assert_ptr_nonnull(id);
+    char *copy = strdup(id);
+    s_put(2, "k", "v");
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[2], "ok")));
+    s_clear_replies();
+    return copy;
+}
+
+static const char *s_root_state(void)
+{
+    s_send(5, "{\"v\":1,\"op\":\"status\",\"group\":\"g\"}");
+    const cJSON *g = cJSON_GetArrayItem(cJSON_GetObjectItem(replies[5], "groups"), 0);
+    ck_assert_ptr_nonnull(g);
+    const cJSON *root = cJSON_GetObjectItem(g, "nccl_root");
+    return root ? root->valuestring : "(none)";
+}
+
+/* A restart keeps what it acknowledged: once every rank reached the root,
+ * the epoch, the KV and a resumed rank's assignment stay as they were. */
+START_TEST(test_restart_keeps_a_done_root_epoch)
+{
+    s_fake_helper(true);
+    char *before = s_form_server_group();
+    for (int i = 0; i < 200 && strcmp(s_root_state(), "done") != 0; i++) {
+        usleep(10 * 1000);
+        drive_tick(core, now);            /* reads the helper's "done" */
+    }
+    ck_assert_str_eq(s_root_state(), "done");
+    s_reopen_with((rdzv_limits_t) { 0 });
+    ck_assert_str_eq(s_root_state(), "done");
+    s_send(3, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\"}");
+    ck_assert_str_eq(cJSON_GetObjectItem(replies[3], "value")->valuestring, "v");
+    s_join(0, "g", 2, 0, "n0", "s0");
+    ck_assert_int_eq(s_field(s_assignment(0), "epoch"), 1);
+    ck_assert_str_eq(cJSON_GetObjectItem(s_assignment(0), "nccl_unique_id")->valuestring, before);
+    free(before);
+    s_clear_replies();
+}
+END_TEST
+
+/* A root that died with rdzvd before every rank reached it: the restart
+ * still changes nothing recorded, status says "lost", and the first rank
+ * that asks for the IDs moves the group to a new epoch with new ones. */
+START_TEST(test_restart_with_a_lost_root)
+{
+    s_fake_helper(false);
+    char *before = s_form_server_group();
+    ck_assert_str_eq(s_root_state(), "serving");
+    s_reopen_with((rdzv_limits_t) { 0 });
+    ck_assert_str_eq(s_root_state(), "lost");
+    s_send(3, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\"}");
+    ck_assert_str_eq(cJSON_GetObjectItem(replies[3], "value")->valuestring, "v");
+    s_send(4, "{\"v\":1,\"op\":\"heartbeat\",\"group\":\"g\",\"rank\":1,\"session\":\"s1\","
+              "\"epoch\":1}");
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[4], "ok")));
+    s_join(0, "g", 2, 0, "n0", "s0");
+    ck_assert_ptr_null(replies[0]);       /* waits for epoch 2 */
+    s_join(1, "g", 2, 1, "n1", "s1");
+    ck_assert_int_eq(s_field(s_assignment(0), "epoch"), 2);
+    ck_assert_int_eq(s_field(s_assignment(1), "epoch"), 2);
+    ck_assert_str_ne(cJSON_GetObjectItem(s_assignment(0), "nccl_unique_id")->valuestring, before);
+    free(before);
+    ck_assert_str_eq(s_root_state(), "serving");
+    s_clear_replies();
+}
+END_TEST
+
 START_TEST(test_rank0_mode)
 {
     /* Rank 1 creates the group in rank0 mode and waits for rank 0's IDs. */
@@ -777,6 +872,8 @@ int main(void)
     tcase_add_test(tc, test_ports_exhausted);
     tcase_add_test(tc, test_status);
     tcase_add_test(tc, test_rank0_mode);
+    tcase_add_test(tc, test_restart_keeps_a_done_root_epoch);
+    tcase_add_test(tc, test_restart_with_a_lost_root);
     tcase_add_test(tc, test_compaction_keeps_state);
     tcase_add_test(tc, test_compaction_not_every_commit);
     tcase_add_test(tc, test_limits);
