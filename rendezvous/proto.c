@@ -1,4 +1,5 @@
 #include "proto.h"
+#include "proto_json.h"
 #include "rdzv_proto.h"
 #include "rdzv_util.h"
 
@@ -304,6 +305,22 @@ static int s_check_frame(s_ctx_t *c, const char *frame, size_t len, const char *
     return s_no_duplicate_keys(c, c->root);
 }
 
+/* Every reply echoes the id, so it must survive the trip through a double
+ * and back exactly: an integer in [0, 2^53]. Anything else is refused with
+ * id 0, never echoed rounded. */
+static int s_id(s_ctx_t *c, rdzv_request_t *req)
+{
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(c->root, "id");
+    if (!id)
+        return 0;
+    double v = cJSON_IsNumber(id) ? id->valuedouble : -1;
+    if (!isfinite(v) || v != floor(v) || v < 0 || v > 9007199254740992.0)
+        return s_fail(c, RDZV_E_BAD_REQUEST, "%s",
+                      "field \"id\" must be an integer in [0, 2^53]");
+    req->id = (int64_t) v;
+    return 0;
+}
+
 int rdzv_request_parse(const char *frame, size_t len, int max_world,
                        rdzv_request_t *req, const char **code,
                        char *msg, size_t msglen)
@@ -315,13 +332,16 @@ int rdzv_request_parse(const char *frame, size_t len, int max_world,
     const char *end = NULL;
     req->root = cJSON_ParseWithLengthOpts(frame, len, &end, false);
     if (!cJSON_IsObject(req->root)) {
+        char why[160];
+        rdzv_json_why(frame, len, req->root, end, why, sizeof why);
         rdzv_request_clear(req);
-        return s_fail(&c, RDZV_E_BAD_JSON, "%s", "request is not a JSON object");
+        return s_fail(&c, RDZV_E_BAD_JSON, "%s", why);
     }
     c.root = req->root;
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(req->root, "id");
-    if (cJSON_IsNumber(id) && fabs(id->valuedouble) < 9e15)
-        req->id = (int64_t) id->valuedouble;
+    if (s_id(&c, req) < 0) {
+        rdzv_request_clear(req);
+        return -1;
+    }
     if (s_check_frame(&c, frame, len, end) < 0 || s_parse_op(&c, req) < 0
         || s_parse_fields(&c, max_world, req) < 0) {
         int64_t keep_id = req->id;

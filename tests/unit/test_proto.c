@@ -190,6 +190,74 @@ START_TEST(test_duplicate_key_many_keys)
 }
 END_TEST
 
+/* An id must come back exactly: anything but an integer in [0, 2^53] is
+ * refused, and the refusal echoes 0, not a rounded or truncated number. */
+START_TEST(test_id_must_be_exact)
+{
+    static const struct { const char *id; int ok; int64_t want; } cases[] = {
+        { "7", 1, 7 }, { "0", 1, 0 }, { "9007199254740992", 1, 9007199254740992LL },
+        { "9007199254740994", 0, 0 }, { "\"abc\"", 0, 0 }, { "1e300", 0, 0 },
+        { "1.5", 0, 0 }, { "-1", 0, 0 }, { "true", 0, 0 }, { "null", 0, 0 }, { "[1]", 0, 0 },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char json[128];
+        snprintf(json, sizeof json, "{\"v\":1,\"id\":%s,\"op\":\"status\"}", cases[i].id);
+        rdzv_request_t req;
+        const char *code = NULL;
+        char msg[128] = "";
+        int rc = rdzv_request_parse(json, strlen(json), 100, &req, &code, msg, sizeof msg);
+        ck_assert_msg((rc == 0) == cases[i].ok, "id %s: rc %d (%s)", cases[i].id, rc, msg);
+        ck_assert_int_eq(req.id, cases[i].want);
+        if (rc == 0) {
+            rdzv_request_clear(&req);
+        } else {
+            ck_assert_str_eq(code, RDZV_E_BAD_REQUEST);
+            ck_assert_str_eq(msg, "field \"id\" must be an integer in [0, 2^53]");
+        }
+    }
+}
+END_TEST
+
+/* Frames cJSON refuses get a reason a client can act on, not just "not a
+ * JSON object". */
+START_TEST(test_bad_json_says_why)
+{
+    static char deep[2100];
+    memset(deep, '[', 1001);
+    memset(deep + 1001, ']', 1001);
+    static const struct { const char *json; const char *says; } cases[] = {
+        { deep, "deeper than 1000 levels" },
+        { "{\"v\":1,\"op\":\"status\",\"group\":\"\\ud83d\"}", "lone UTF-16 surrogate \\uD83D at byte 30" },
+        { "{\"v\":1,\"op\":\"status\",\"group\":\"\\udc00x\"}", "lone UTF-16 surrogate \\uDC00" },
+        { "{\"v\":1,\"id\":NaN}", "NaN or Infinity at byte 12" },
+        { "{\"v\":-Infinity}", "NaN or Infinity at byte 6" },
+        { "[1,2]", "request is an array, not a JSON object" },
+        { "\"s\"", "request is a string, not a JSON object" },
+        { "", "request is empty" },
+        { "{\"v\":1,}", "not valid JSON: it stops making sense at byte 7" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rdzv_request_t req;
+        const char *code = NULL;
+        char msg[256] = "";
+        ck_assert_int_eq(rdzv_request_parse(cases[i].json, strlen(cases[i].json), 100, &req,
+                                            &code, msg, sizeof msg), -1);
+        ck_assert_str_eq(code, RDZV_E_BAD_JSON);
+        ck_assert_msg(strstr(msg, cases[i].says), "case %zu: \"%s\" does not say \"%s\"", i,
+                      msg, cases[i].says);
+    }
+    /* A surrogate pair is a character, not an error. */
+    const char *pair = "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\","
+                       "\"value\":\"\\ud83d\\ude00\"}";
+    rdzv_request_t req;
+    const char *code = NULL;
+    char msg[256] = "";
+    ck_assert_msg(rdzv_request_parse(pair, strlen(pair), 100, &req, &code, msg, sizeof msg) == 0,
+                  "%s", msg);
+    rdzv_request_clear(&req);
+}
+END_TEST
+
 START_TEST(test_join_fields)
 {
     const char *json = "{\"v\":1,\"id\":42," JOIN_OK ",\"world\":8,\"rank\":5,\"timeout_ms\":1500,\"members\":false}";
@@ -293,6 +361,8 @@ int main(void)
     tcase_add_test(tc, test_escaped_backslash_kept);
     tcase_add_test(tc, test_unknown_op_echo_is_utf8);
     tcase_add_test(tc, test_duplicate_key_message);
+    tcase_add_test(tc, test_id_must_be_exact);
+    tcase_add_test(tc, test_bad_json_says_why);
     tcase_add_test(tc, test_duplicate_key_many_keys);
     tcase_add_test(tc, test_join_fields);
     tcase_add_test(tc, test_error_keeps_id_and_oversize);
