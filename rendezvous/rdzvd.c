@@ -35,6 +35,7 @@ typedef struct {
     const char *token_file;
     bool no_nccl;
     bool insecure_bind_any;
+    bool bind_given;             /* --bind was on the command line */
     int io_threads;
     int shards;                  /* 0: as many as rdzvd picks */
     int listeners;               /* 0: as many as rdzvd picks */
@@ -44,7 +45,8 @@ static void s_usage(FILE *out)
 {
     fprintf(out,
         "usage: rdzvd [options]\n"
-        "  --bind ENDPOINT          ZeroMQ endpoint to serve (default %s)\n"
+        "  --bind ENDPOINT          ZeroMQ endpoint to serve (default %s; on loopback\n"
+        "                           without keys)\n"
         "  --state-dir DIR          where the journal lives (default ./rdzv-state)\n"
         "  --port-base N            first managed port (default %d)\n"
         "  --ports-per-rank K       ports in each rank's plan (default %d)\n"
@@ -132,7 +134,7 @@ static int s_parse(int argc, char **argv, s_options_t *o)
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         int rc = 0;
         switch (c) {
-        case 'b': o->bind = optarg; break;
+        case 'b': o->bind = optarg; o->bind_given = true; break;
         case 's': o->cfg.state_dir = optarg; break;
         case 'p': rc = s_int_arg("--port-base", optarg, 1, 65535, &o->cfg.port_base); break;
         case 'k': rc = s_int_arg("--ports-per-rank", optarg, 1, 4096, &o->cfg.ports_per_rank); break;
@@ -221,32 +223,33 @@ static bool s_is_loopback(const char *host)
            || strcmp(host, "[::1]") == 0 || strcmp(host, "::1") == 0;
 }
 
-/* Without CURVE anyone who reaches the port can join any group, so an open
- * rdzvd serves loopback only unless told otherwise. Rewrites a wildcard tcp
- * endpoint into out; refuses another non-loopback address. */
+/* Without CURVE anyone who reaches the port can join any group, so one rule:
+ * without keys rdzvd serves loopback only unless --insecure-bind-any says
+ * otherwise. The default endpoint then becomes its loopback twin; a --bind
+ * the user typed is never changed behind their back, so a non-loopback one
+ * (a wildcard as much as an address) is refused. */
 static int s_open_bind(const s_options_t *o, char *out, size_t outlen)
 {
     snprintf(out, outlen, "%s", o->bind);
-    if (o->security.curve_secret || o->insecure_bind_any || strncmp(o->bind, "tcp://", 6) != 0)
+    if (o->security.curve_secret || strncmp(o->bind, "tcp://", 6) != 0)
         return 0;
     const char *host = o->bind + 6;
     const char *colon = strrchr(host, ':');
-    if (!colon)
-        return 0;
     char name[256];
-    snprintf(name, sizeof name, "%.*s", (int) (colon - host), host);
-    if (s_is_loopback(name))
-        return 0;
-    if (strcmp(name, "*") == 0 || strcmp(name, "0.0.0.0") == 0 || strcmp(name, "[::]") == 0) {
+    snprintf(name, sizeof name, "%.*s", colon ? (int) (colon - host) : 0, host);
+    if (colon && !o->insecure_bind_any && !s_is_loopback(name)) {
+        if (o->bind_given) {
+            fprintf(stderr, "rdzvd: NO CURVE KEYS: without keys rdzvd serves loopback only; "
+                    "refusing --bind %s. Give --curve-secret and --clients, or "
+                    "--insecure-bind-any to serve it anyway\n", o->bind);
+            return -1;
+        }
         snprintf(out, outlen, "tcp://127.0.0.1%s", colon);
-        rdzv_core_log("open", "NO CURVE KEYS: anyone who reaches rdzvd can join any group; "
-                      "serving loopback only (%s). Give --curve-secret and --clients, or "
-                      "--insecure-bind-any to serve %s anyway", out, o->bind);
-        return 0;
     }
-    fprintf(stderr, "rdzvd: refusing to serve %s without CURVE keys (--curve-secret, --clients); "
-            "add --insecure-bind-any to do it anyway\n", o->bind);
-    return -1;
+    rdzv_core_log("open", "NO CURVE KEYS: anyone who reaches rdzvd can join any group; %s (%s)",
+                  o->insecure_bind_any ? "serving as asked (--insecure-bind-any)"
+                                       : "without keys rdzvd serves loopback only", out);
+    return 0;
 }
 
 /* Half the usable CPUs (cpus.h: affinity and a cgroup CPU limit), 2 to 8

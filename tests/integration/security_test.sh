@@ -57,13 +57,21 @@ check "a plaintext client gets no answer (exit 3)" "[ $? = 3 ]"
 check "the forbidden request was logged" "grep -q 'code=forbidden' $dir/rdzvd.log"
 stop
 
-start 2 --bind 'tcp://*:0'
-check "without keys a wildcard bind serves loopback only" "grep -q '^tcp://127.0.0.1:' $dir/ep"
-check "and says so loudly" "grep -q 'NO CURVE KEYS' $dir/rdzvd.log"
-stop
+# One rule without keys: loopback only. The default endpoint (tcp://*:29400)
+# becomes its loopback twin, said in the log before any bind (so a busy
+# 29400 here does not matter); a --bind typed by the user is never changed,
+# so a wildcard is refused like an address.
+start 2
+check "without keys the default endpoint is narrowed to loopback, loudly" \
+    "grep -q 'NO CURVE KEYS.*without keys rdzvd serves loopback only (tcp://127.0.0.1:29400)' $dir/rdzvd.log"
+[ -n "$pid" ] && kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; pid=""
+"$RDZVD" --state-dir "$dir/state3" --bind 'tcp://*:0' --no-nccl 2>"$dir/err3"
+check "without keys an explicit wildcard --bind is refused (exit 2), saying the rule" \
+    "[ $? = 2 ] && grep -q 'without keys rdzvd serves loopback only; refusing --bind tcp://\*:0' $dir/err3 \
+     && grep -q insecure-bind-any $dir/err3"
 "$RDZVD" --state-dir "$dir/state3" --bind tcp://192.0.2.1:29999 --no-nccl 2>"$dir/err3"
-check "without keys a non-loopback address is refused (exit 2)" \
-    "[ $? = 2 ] && grep -q insecure-bind-any $dir/err3"
+check "without keys a non-loopback address is refused the same way (exit 2)" \
+    "[ $? = 2 ] && grep -q 'without keys rdzvd serves loopback only; refusing --bind tcp://192.0.2.1:29999' $dir/err3"
 
 # A security file that cannot be used is blamed on its own flag, not --server.
 "$RDZV" status --group-token "$dir/nonexistent" 2>"$dir/err4"
