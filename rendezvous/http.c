@@ -1,6 +1,7 @@
-/* rdzvd's operator endpoint over libmicrohttpd. Every handler takes the core
- * lock for as long as it reads, renders into a private buffer and answers
- * after releasing it, so a slow client never holds the loop thread up. */
+/* rdzvd's operator endpoint over libmicrohttpd. Every handler reads the
+ * core through core.h (which holds the lock only while it copies), renders
+ * into a private buffer and answers, so a slow client never holds a shard
+ * up. */
 #include "http.h"
 
 #include "rdzv_proto.h"
@@ -36,6 +37,7 @@ struct rdzv_http {
     struct MHD_Daemon *daemon;
     _Atomic(rdzv_core_t *) core;
     int port;
+    char *bearer;                /* "Bearer TOKEN"; NULL: no token asked for */
 };
 
 /* --- address parsing --- */
@@ -115,6 +117,8 @@ static enum MHD_Result s_answer(struct MHD_Connection *conn, unsigned status,
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    if (status == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"rdzvd\"");
     enum MHD_Result rc = MHD_queue_response(conn, status, r);
     MHD_destroy_response(r);
     return rc;
@@ -224,6 +228,19 @@ static enum MHD_Result s_handle_metrics(struct MHD_Connection *conn, rdzv_core_t
 
 /* --- /v1/groups --- */
 
+/* An NCCL unique ID lets whoever has it join that communicator's bootstrap:
+ * the HTTP documents say how many a group has, never what they are. */
+static void s_redact_ids(cJSON *groups)
+{
+    for (cJSON *g = groups ? groups->child : NULL; g; g = g->next) {
+        cJSON *ids = cJSON_GetObjectItemCaseSensitive(g, "nccl_unique_ids");
+        int n = cJSON_IsArray(ids) ? cJSON_GetArraySize(ids) : 0;
+        cJSON_DeleteItemFromObjectCaseSensitive(g, "nccl_unique_id");
+        cJSON_DeleteItemFromObjectCaseSensitive(g, "nccl_unique_ids");
+        cJSON_AddNumberToObject(g, "nccl_unique_ids_redacted", n);
+    }
+}
+
 static enum MHD_Result s_handle_groups(struct MHD_Connection *conn, rdzv_core_t *core,
                                        const char *name)
 {
@@ -231,6 +248,7 @@ static enum MHD_Result s_handle_groups(struct MHD_Connection *conn, rdzv_core_t 
     cJSON *groups = NULL;
     if (!name || rdzv_name_valid(name))
         groups = rdzv_core_status_json(core, name, rdzv_now_ms());
+    s_redact_ids(groups);
     bool found = groups && (!name || cJSON_GetArraySize(groups) > 0);
     cJSON_AddItemToObject(root, "groups", groups ? groups : cJSON_CreateArray());
     char *text;
@@ -261,14 +279,35 @@ static enum MHD_Result s_handle_healthz(struct MHD_Connection *conn, rdzv_core_t
     return s_text(conn, MHD_HTTP_OK, "ok\n");
 }
 
+/* Compares in constant time, so the answer's timing gives no prefix away. */
+static bool s_bearer_ok(const rdzv_http_t *self, struct MHD_Connection *conn)
+{
+    if (!self->bearer)
+        return true;
+    const char *got = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                  MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!got)
+        return false;
+    size_t n = strlen(self->bearer), m = strlen(got);
+    unsigned char diff = (unsigned char) (n != m);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char) (self->bearer[i] ^ got[i < m ? i : 0]);
+    return diff == 0;
+}
+
 static enum MHD_Result s_route(struct MHD_Connection *conn, rdzv_http_t *self, const char *url)
 {
     rdzv_core_t *core = atomic_load(&self->core);
+    /* The kubelet's probes carry no token; they reveal nothing either. */
     if (strcmp(url, "/healthz") == 0)
         return s_handle_healthz(conn, core);
     if (strcmp(url, "/readyz") == 0)
         return core ? s_text(conn, MHD_HTTP_OK, "ready\n")
                     : s_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "replaying the journal\n");
+    if (!s_bearer_ok(self, conn))
+        return s_json(conn, MHD_HTTP_UNAUTHORIZED,
+                      s_json_error("unauthorized", "this endpoint wants the --http-token "
+                                   "as \"Authorization: Bearer TOKEN\""));
     bool known = strcmp(url, "/metrics") == 0 || strcmp(url, S_GROUPS_PATH) == 0
                  || strncmp(url, S_GROUPS_PATH "/", strlen(S_GROUPS_PATH "/")) == 0;
     if (!known)
@@ -316,16 +355,39 @@ static enum MHD_Result s_dispatch(void *cls, struct MHD_Connection *conn, const 
 
 /* --- lifecycle --- */
 
-rdzv_http_t *rdzv_http_new(const char *addr_port, char *err, size_t errlen)
+bool rdzv_http_is_loopback(const char *addr_port)
+{
+    struct sockaddr_storage addr;
+    char err[128];
+    if (rdzv_http_parse_addr(addr_port, &addr, err, sizeof err) < 0)
+        return false;
+    if (addr.ss_family == AF_INET6)
+        return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *) &addr)->sin6_addr);
+    return (ntohl(((const struct sockaddr_in *) &addr)->sin_addr.s_addr) >> 24) == 127;
+}
+
+static void s_free(rdzv_http_t *self)
+{
+    if (self->bearer)
+        memset(self->bearer, 0, strlen(self->bearer));
+    free(self->bearer);
+    free(self);
+}
+
+rdzv_http_t *rdzv_http_new(const char *addr_port, const char *bearer, char *err, size_t errlen)
 {
     struct sockaddr_storage addr;
     if (rdzv_http_parse_addr(addr_port, &addr, err, errlen) < 0)
         return NULL;
     rdzv_http_t *self = calloc(1, sizeof *self);
-    if (!self) {
+    size_t blen = bearer ? strlen(bearer) + sizeof "Bearer " : 0;
+    if (!self || (bearer && !(self->bearer = malloc(blen)))) {
+        free(self);
         snprintf(err, errlen, "--http: out of memory");
         return NULL;
     }
+    if (bearer)
+        snprintf(self->bearer, blen, "Bearer %s", bearer);
     atomic_init(&self->core, NULL);
     unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
     if (addr.ss_family == AF_INET6)
@@ -345,7 +407,7 @@ rdzv_http_t *rdzv_http_new(const char *addr_port, char *err, size_t errlen)
     if (!self->daemon) {
         snprintf(err, errlen, "--http %s: cannot serve there (%s)", addr_port,
                  saved ? strerror(saved) : "libmicrohttpd refused");
-        free(self);
+        s_free(self);
         return NULL;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(self->daemon,
@@ -372,6 +434,6 @@ void rdzv_http_destroy(rdzv_http_t **self_p)
     rdzv_http_t *self = *self_p;
     if (self->daemon)
         MHD_stop_daemon(self->daemon);
-    free(self);
+    s_free(self);
     *self_p = NULL;
 }

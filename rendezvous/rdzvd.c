@@ -33,6 +33,7 @@ typedef struct {
     const char *endpoint_file;
     const char *http;
     const char *token_file;
+    const char *http_token_file;
     bool no_nccl;
     bool insecure_bind_any;
     bool bind_given;             /* --bind was on the command line */
@@ -75,6 +76,8 @@ static void s_usage(FILE *out)
         "  --endpoint-file PATH     write the bound endpoint to PATH once serving\n"
         "  --http [ADDR:]PORT       serve /healthz /readyz /metrics /v1/groups over HTTP\n"
         "                           (off by default; PORT alone binds 127.0.0.1)\n"
+        "  --http-token FILE        /metrics and /v1/groups want \"Authorization: Bearer\"\n"
+        "                           with the token in FILE (the probes never do)\n"
         "  --curve-secret FILE      rdzvd's secret certificate (rdzv keygen): CURVE on\n"
         "  --clients DIR            public certificates of the clients accepted\n"
         "  --group-token FILE       every request must carry this token\n"
@@ -120,7 +123,8 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         { "dead-after", required_argument, 0, 'd' }, { "nccl-root-timeout", required_argument, 0, 't' },
         { "nccl-helper", required_argument, 0, 'n' }, { "no-nccl", no_argument, 0, 'N' },
         { "no-fsync", no_argument, 0, 'F' }, { "repair", no_argument, 0, 'R' },
-        { "endpoint-file", required_argument, 0, 'e' }, { "http", required_argument, 0, 'H' }, { "help", no_argument, 0, 'h' },
+        { "endpoint-file", required_argument, 0, 'e' }, { "http", required_argument, 0, 'H' },
+        { "http-token", required_argument, 0, 'A' }, { "help", no_argument, 0, 'h' },
         { "version", no_argument, 0, 'V' }, { "curve-secret", required_argument, 0, 'C' },
         { "clients", required_argument, 0, 'L' }, { "group-token", required_argument, 0, 'T' },
         { "insecure-bind-any", no_argument, 0, 'I' }, { "compact-mib", required_argument, 0, 'M' },
@@ -148,6 +152,7 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         case 'R': o->cfg.repair = true; break;
         case 'e': o->endpoint_file = optarg; break;
         case 'H': o->http = optarg; break;
+        case 'A': o->http_token_file = optarg; break;
         case 'C': o->security.curve_secret = optarg; break;
         case 'L': o->security.clients_dir = optarg; break;
         case 'T': o->token_file = optarg; break;
@@ -265,7 +270,7 @@ static int s_default_shards(const char *endpoint, int cpus)
     return half < 2 ? 2 : half > 8 ? 8 : half;
 }
 
-static char *s_read_token(const char *path)
+static char *s_read_token(const char *path, const char *flag)
 {
     FILE *f = fopen(path, "r");
     char buf[4097] = "";
@@ -275,7 +280,7 @@ static char *s_read_token(const char *path)
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
         buf[--n] = '\0';
     if (n == 0) {
-        fprintf(stderr, "rdzvd: cannot read a token from %s (--group-token)\n", path);
+        fprintf(stderr, "rdzvd: cannot read a token from %s (%s)\n", path, flag);
         return NULL;
     }
     return strdup(buf);
@@ -323,9 +328,10 @@ int main(int argc, char **argv)
 #endif
     o.cfg.nccl_default = o.cfg.nccl_helper && !o.no_nccl;
     char err[512], bind[512];
-    char *token = NULL;
+    char *token = NULL, *http_token = NULL;
     if (s_open_bind(&o, bind, sizeof bind) < 0
-        || (o.token_file && !(token = s_read_token(o.token_file))))
+        || (o.token_file && !(token = s_read_token(o.token_file, "--group-token")))
+        || (o.http_token_file && !(http_token = s_read_token(o.http_token_file, "--http-token"))))
         return 2;
     o.cfg.group_token = token;
     int cpus = rdzv_cpus_usable();
@@ -339,10 +345,14 @@ int main(int argc, char **argv)
     zsys_set_io_threads((size_t) io_threads);
     /* Up before the replay: /healthz answers and /readyz says 503 meanwhile. */
     rdzv_http_t *http = NULL;
-    if (o.http && !(http = rdzv_http_new(o.http, err, sizeof err))) {
+    if (o.http && !(http = rdzv_http_new(o.http, http_token, err, sizeof err))) {
         fprintf(stderr, "rdzvd: %s\n", err);
         return 1;
     }
+    free(http_token);
+    if (o.http && !o.http_token_file && !rdzv_http_is_loopback(o.http))
+        rdzv_core_log("open", "--http %s serves /metrics and /v1/groups (every group's hosts "
+                      "and ports) to anyone who reaches it; give --http-token FILE", o.http);
     rdzv_core_t *core = rdzv_core_new(&o.cfg, err, sizeof err);
     if (!core) {
         fprintf(stderr, "rdzvd: %s\n", err);

@@ -73,6 +73,21 @@ check "without keys an explicit wildcard --bind is refused (exit 2), saying the 
 check "without keys a non-loopback address is refused the same way (exit 2)" \
     "[ $? = 2 ] && grep -q 'without keys rdzvd serves loopback only; refusing --bind tcp://192.0.2.1:29999' $dir/err3"
 
+# --http beyond loopback without --http-token says who can read it.
+start 4 --bind 'tcp://127.0.0.1:*' --http 0.0.0.0:0
+check "a non-loopback --http without --http-token warns" \
+    "grep -q 'open --http 0.0.0.0:0 serves /metrics and /v1/groups.*give --http-token FILE' $dir/rdzvd.log"
+stop
+: >"$dir/rdzvd.log"
+printf 'h77p\n' >"$dir/http-token"
+start 5 --bind 'tcp://127.0.0.1:*' --http 0.0.0.0:0 --http-token "$dir/http-token"
+check "with --http-token it serves and does not warn" \
+    "[ -s $dir/ep ] && ! grep -q 'give --http-token' $dir/rdzvd.log"
+stop
+"$RDZVD" --state-dir "$dir/state6" --http 9400 --http-token "$dir/nonexistent" --no-nccl 2>"$dir/err6"
+check "an unreadable --http-token names --http-token (exit 2)" \
+    "[ $? = 2 ] && grep -q -- '(--http-token)' $dir/err6"
+
 # A security file that cannot be used is blamed on its own flag, not --server.
 "$RDZV" status --group-token "$dir/nonexistent" 2>"$dir/err4"
 check "an unreadable --group-token names --group-token (exit 2)" \

@@ -34,7 +34,7 @@ typedef struct {
 
 /* One request over a fresh connection; status -1 when the exchange failed. */
 static void s_fetch_at(int family, int port, const char *method, const char *path,
-                       s_response_t *out)
+                       const char *header, s_response_t *out)
 {
     memset(out, 0, sizeof *out);
     out->status = -1;
@@ -58,8 +58,9 @@ static void s_fetch_at(int family, int port, const char *method, const char *pat
     struct timeval tv = { .tv_sec = 10 };
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     char req[512];
-    int n = snprintf(req, sizeof req, "%s %s HTTP/1.0\r\nHost: test\r\n"
-                     "Content-Length: 0\r\n\r\n", method, path);
+    int n = snprintf(req, sizeof req, "%s %s HTTP/1.0\r\nHost: test\r\n%s%s"
+                     "Content-Length: 0\r\n\r\n", method, path, header ? header : "",
+                     header ? "\r\n" : "");
     static char buf[S_BODY_MAX + 4096];
     size_t got = 0;
     if (connect(fd, (struct sockaddr *) &ss, len) == 0 && write(fd, req, (size_t) n) == n) {
@@ -80,7 +81,7 @@ static void s_fetch_at(int family, int port, const char *method, const char *pat
 
 static void s_fetch(const char *path, s_response_t *out)
 {
-    s_fetch_at(AF_INET, rdzv_http_port(http), "GET", path, out);
+    s_fetch_at(AF_INET, rdzv_http_port(http), "GET", path, NULL, out);
 }
 
 /* A core on dir's state, with or without fsync. */
@@ -100,7 +101,7 @@ static void setup(void)
     ck_assert_ptr_nonnull(mkdtemp(dir));
     s_open_core(false);
     char err[256];
-    http = rdzv_http_new("127.0.0.1:0", err, sizeof err);
+    http = rdzv_http_new("127.0.0.1:0", NULL, err, sizeof err);
     ck_assert_msg(http != NULL, "%s", err);
     ck_assert_int_gt(rdzv_http_port(http), 0);
 }
@@ -190,10 +191,10 @@ END_TEST
 START_TEST(test_new_refuses_bad_address_and_busy_port)
 {
     char err[256];
-    ck_assert_ptr_null(rdzv_http_new("nonsense", err, sizeof err));
+    ck_assert_ptr_null(rdzv_http_new("nonsense", NULL, err, sizeof err));
     char taken[32];
     snprintf(taken, sizeof taken, "127.0.0.1:%d", rdzv_http_port(http));
-    ck_assert_ptr_null(rdzv_http_new(taken, err, sizeof err));
+    ck_assert_ptr_null(rdzv_http_new(taken, NULL, err, sizeof err));
     ck_assert_msg(strstr(err, "--http") != NULL, "%s", err);
 }
 END_TEST
@@ -395,9 +396,18 @@ START_TEST(test_groups_json)
     ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(g, "joined")), 2);
     ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(g, "members")), 2);
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(g, "complete")));
-    /* Exactly what the status operation answers, minus the envelope. */
+    /* What the status operation answers, minus the envelope and with the
+     * NCCL IDs only counted. */
+    ck_assert_ptr_null(cJSON_GetObjectItem(g, "nccl_unique_id"));
+    ck_assert_ptr_null(cJSON_GetObjectItem(g, "nccl_unique_ids"));
+    ck_assert_ptr_nonnull(cJSON_GetObjectItem(g, "nccl_unique_ids_redacted"));
     cJSON *expect = rdzv_core_status_json(core, "g", rdzv_now_ms());
-    ck_assert(cJSON_Compare(g, cJSON_GetArrayItem(expect, 0), 1));
+    cJSON *e = cJSON_GetArrayItem(expect, 0);
+    int ids = cJSON_GetArraySize(cJSON_GetObjectItem(e, "nccl_unique_ids"));
+    cJSON_DeleteItemFromObject(e, "nccl_unique_id");
+    cJSON_DeleteItemFromObject(e, "nccl_unique_ids");
+    cJSON_AddNumberToObject(e, "nccl_unique_ids_redacted", ids);
+    ck_assert(cJSON_Compare(g, e, 1));
     cJSON_Delete(expect);
     cJSON_Delete(root);
 
@@ -436,12 +446,12 @@ START_TEST(test_unknown_group_path_and_method)
     ck_assert_int_eq(r.status, 404);
     s_fetch("/metricsx", &r);
     ck_assert_int_eq(r.status, 404);
-    s_fetch_at(AF_INET, rdzv_http_port(http), "POST", "/metrics", &r);
+    s_fetch_at(AF_INET, rdzv_http_port(http), "POST", "/metrics", NULL, &r);
     ck_assert_int_eq(r.status, 405);
     ck_assert_ptr_nonnull(strstr(r.head, "GET"));
-    s_fetch_at(AF_INET, rdzv_http_port(http), "DELETE", "/v1/groups/g", &r);
+    s_fetch_at(AF_INET, rdzv_http_port(http), "DELETE", "/v1/groups/g", NULL, &r);
     ck_assert_int_eq(r.status, 405);
-    s_fetch_at(AF_INET, rdzv_http_port(http), "HEAD", "/healthz", &r);
+    s_fetch_at(AF_INET, rdzv_http_port(http), "HEAD", "/healthz", NULL, &r);
     ck_assert_int_eq(r.status, 200);
     ck_assert_str_eq(r.body, "");
 }
@@ -475,6 +485,54 @@ START_TEST(test_reads_under_the_core_lock)
 }
 END_TEST
 
+/* --http-token: everything but the probes asks for the bearer token, and a
+ * wrong one, or none, gets 401 with a WWW-Authenticate challenge. */
+START_TEST(test_bearer_token)
+{
+    char err[256];
+    rdzv_http_t *h = rdzv_http_new("127.0.0.1:0", "s3cret", err, sizeof err);
+    ck_assert_msg(h != NULL, "%s", err);
+    rdzv_http_set_core(h, core);
+    int port = rdzv_http_port(h);
+    s_response_t r;
+    static const char *const wants[] = { "/metrics", "/v1/groups", "/v1/groups/g", "/nope" };
+    for (size_t i = 0; i < sizeof wants / sizeof wants[0]; i++) {
+        s_fetch_at(AF_INET, port, "GET", wants[i], NULL, &r);
+        ck_assert_msg(r.status == 401, "%s without a token: %d", wants[i], r.status);
+        ck_assert_ptr_nonnull(strstr(r.head, "WWW-Authenticate: Bearer"));
+        s_fetch_at(AF_INET, port, "GET", wants[i], "Authorization: Bearer s3cre", &r);
+        ck_assert_int_eq(r.status, 401);
+        s_fetch_at(AF_INET, port, "GET", wants[i], "Authorization: Bearer s3cretX", &r);
+        ck_assert_int_eq(r.status, 401);
+    }
+    s_fetch_at(AF_INET, port, "GET", "/metrics", "Authorization: Bearer s3cret", &r);
+    ck_assert_int_eq(r.status, 200);
+    s_fetch_at(AF_INET, port, "GET", "/v1/groups", "Authorization: Bearer s3cret", &r);
+    ck_assert_int_eq(r.status, 200);
+    s_fetch_at(AF_INET, port, "GET", "/healthz", NULL, &r);
+    ck_assert_int_eq(r.status, 200);
+    s_fetch_at(AF_INET, port, "GET", "/readyz", NULL, &r);
+    ck_assert_int_eq(r.status, 200);
+    rdzv_http_destroy(&h);
+    /* Without a token nothing asks for one. */
+    rdzv_http_set_core(http, core);
+    s_fetch("/metrics", &r);
+    ck_assert_int_eq(r.status, 200);
+}
+END_TEST
+
+START_TEST(test_is_loopback)
+{
+    ck_assert(rdzv_http_is_loopback("9400"));
+    ck_assert(rdzv_http_is_loopback("127.0.0.1:9400"));
+    ck_assert(rdzv_http_is_loopback("127.3.2.1:9400"));
+    ck_assert(rdzv_http_is_loopback("[::1]:9400"));
+    ck_assert(!rdzv_http_is_loopback("0.0.0.0:9400"));
+    ck_assert(!rdzv_http_is_loopback("10.0.0.5:9400"));
+    ck_assert(!rdzv_http_is_loopback("[::]:9400"));
+}
+END_TEST
+
 START_TEST(test_ipv6_loopback)
 {
     int probe = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -482,12 +540,12 @@ START_TEST(test_ipv6_loopback)
         return;                                  /* no IPv6 in this namespace */
     close(probe);
     char err[256];
-    rdzv_http_t *h6 = rdzv_http_new("[::1]:0", err, sizeof err);
+    rdzv_http_t *h6 = rdzv_http_new("[::1]:0", NULL, err, sizeof err);
     if (!h6 && strstr(err, "Cannot assign"))
         return;                                  /* ::1 not configured */
     ck_assert_msg(h6 != NULL, "%s", err);
     s_response_t r;
-    s_fetch_at(AF_INET6, rdzv_http_port(h6), "GET", "/healthz", &r);
+    s_fetch_at(AF_INET6, rdzv_http_port(h6), "GET", "/healthz", NULL, &r);
     ck_assert_int_eq(r.status, 200);
     rdzv_http_destroy(&h6);
     rdzv_http_destroy(&h6);
@@ -513,6 +571,8 @@ int main(void)
     tcase_add_test(tc, test_groups_json);
     tcase_add_test(tc, test_unknown_group_path_and_method);
     tcase_add_test(tc, test_reads_under_the_core_lock);
+    tcase_add_test(tc, test_bearer_token);
+    tcase_add_test(tc, test_is_loopback);
     tcase_add_test(tc, test_ipv6_loopback);
     suite_add_tcase(s, tc);
     return rdzv_check_run(s);
