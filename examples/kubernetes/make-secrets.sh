@@ -5,13 +5,15 @@
 #   rdzv-client-curve  server.key client.key_secret (RDZV_CURVE_SERVER_PUBLIC,
 #                                                    RDZV_CURVE_SECRET)
 #   rdzv-group-token   token                        (--group-token, RDZV_GROUP_TOKEN)
+#   rdzv-http-token    token                        (rdzvd --http-token)
 #
 # Usage:
 #   make-secrets.sh [--rotate] [KUBECTL ARGS, e.g. -n NAMESPACE]
-#       Applies them with kubectl. Run again, it keeps the four it finds and
-#       changes nothing; if some are missing it makes a fresh set of all four
-#       (the keys belong together). --rotate makes a fresh set anyway; restart
-#       rdzvd and the rank Pods after it.
+#       Applies them with kubectl. Run again, it keeps the five it finds and
+#       changes nothing; if some of the first four are missing it makes a
+#       fresh set of those four (the keys belong together), and a missing
+#       HTTP token alone. --rotate makes all five anew; restart rdzvd and
+#       the rank Pods after it.
 #   make-secrets.sh --print
 #       Writes them as one YAML stream on stdout, kubectl or not: from the
 #       image, `docker run --rm IMAGE rdzv-make-secrets --print > secrets.yaml`,
@@ -21,8 +23,10 @@
 # writes the czmq certificates that rdzvd --clients and librdzv read.
 set -eu
 
-usage() { sed -n '9,21p' "$0" | sed 's/^# \{0,1\}//'; }
-names="rdzv-server-curve rdzv-clients rdzv-client-curve rdzv-group-token"
+usage() { sed -n '10,21p' "$0" | sed 's/^# \{0,1\}//'; }
+keys="rdzv-server-curve rdzv-clients rdzv-client-curve rdzv-group-token"
+make_keys=1
+make_http=1
 mode=apply
 rotate=0
 while [ $# -gt 0 ]; do
@@ -47,11 +51,13 @@ if [ "$mode" = apply ]; then
     fi
     if [ $rotate = 0 ]; then
         found=0
-        for n in $names; do
+        for n in $keys; do
             kubectl "$@" get secret "$n" >/dev/null 2>&1 && found=$((found + 1))
         done
-        if [ $found = 4 ]; then
-            echo "make-secrets.sh: the four Secrets exist; kept them (--rotate makes new ones)" >&2
+        [ $found = 4 ] && make_keys=0
+        kubectl "$@" get secret rdzv-http-token >/dev/null 2>&1 && make_http=0
+        if [ $make_keys = 0 ] && [ $make_http = 0 ]; then
+            echo "make-secrets.sh: the five Secrets exist; kept them (--rotate makes new ones)" >&2
             exit 0
         fi
     fi
@@ -62,6 +68,9 @@ trap 'rm -rf "$dir"' EXIT
 "$rdzv" keygen "$dir/server.key" >/dev/null
 "$rdzv" keygen "$dir/client.key" >/dev/null
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$dir/token"
+# Its own directory: the Secret's key is the file's name, token.
+http=$(mktemp -d "$dir/http.XXXXXX")
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$http/token"
 
 # One Secret as YAML: NAME FILE...; kubectl's own rendering where there is
 # one, else the same object written here (the image has no kubectl).
@@ -80,13 +89,21 @@ secret_yaml() {
 }
 
 all_secrets() {
-    secret_yaml rdzv-server-curve "$dir/server.key_secret"
-    echo ---
-    secret_yaml rdzv-clients "$dir/client.key"
-    echo ---
-    secret_yaml rdzv-client-curve "$dir/server.key" "$dir/client.key_secret"
-    echo ---
-    secret_yaml rdzv-group-token "$dir/token"
+    if [ $make_keys = 1 ]; then
+        secret_yaml rdzv-server-curve "$dir/server.key_secret"
+        echo ---
+        secret_yaml rdzv-clients "$dir/client.key"
+        echo ---
+        secret_yaml rdzv-client-curve "$dir/server.key" "$dir/client.key_secret"
+        echo ---
+        secret_yaml rdzv-group-token "$dir/token"
+    fi
+    if [ $make_keys = 1 ] && [ $make_http = 1 ]; then
+        echo ---
+    fi
+    if [ $make_http = 1 ]; then
+        secret_yaml rdzv-http-token "$http/token"
+    fi
 }
 
 if [ "$mode" = print ]; then

@@ -122,9 +122,9 @@ check "under the installed shim a listener on it is handed over and accepts" \
     grep -qx "listener ${vllm_port:-none}" "$tmp/agent.out"
 
 # The image's way to make the Kubernetes Secrets: no kubectl needed.
-check "rdzv-make-secrets --print makes four Secrets under env -i" sh -c \
+check "rdzv-make-secrets --print makes five Secrets under env -i" sh -c \
     "env -i PATH='$root/bin:/usr/bin:/bin' '$root/bin/rdzv-make-secrets' --print >'$tmp/secrets.yaml' &&
-     test \$(grep -c '^kind: Secret\$' '$tmp/secrets.yaml') = 4"
+     test \$(grep -c '^kind: Secret\$' '$tmp/secrets.yaml') = 5"
 
 # A program built against the installed rdzv.pc, linked the way a user of a
 # non-system prefix links (a run path to the libdir pkg-config names).

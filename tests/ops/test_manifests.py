@@ -294,7 +294,7 @@ def check_rdzvd_service(ctx, ov):
 def check_rdzvd_secrets(ctx, ov):
     dep, c = ov.rdzvd()
     vols = {v["name"]: v for v in dep["spec"]["template"]["spec"]["volumes"]}
-    for flag in ("--curve-secret", "--clients", "--group-token"):
+    for flag in ("--curve-secret", "--clients", "--group-token", "--http-token"):
         path = flag_value(ov.rdzvd_args(), flag)
         assert path, f"rdzvd lacks {flag}"
         secret = vols[volume_at(c, path)]["secret"]["secretName"]
@@ -560,7 +560,7 @@ def bare_path(tmp):
 
 
 def check_secrets_print_without_kubectl(ctx):
-    """--print as from the image: no kubectl, the same four Secrets, and valid objects."""
+    """--print as from the image: no kubectl, the same five Secrets, and valid objects."""
     with tempfile.TemporaryDirectory() as tmp:
         docs = ctx.print_secrets(bare_path(tmp))
     made = {d["metadata"]["name"]: set(d["data"]) for d in docs}
@@ -638,8 +638,9 @@ exec "$REAL_KUBECTL" "$@"
 
 
 def check_secrets_apply_idempotent(ctx):
-    """Run twice, nothing changes; one Secret lost, a fresh set of all four;
-    --rotate, a fresh set."""
+    """Run twice, nothing changes; one key Secret lost, a fresh set of the
+    four keys (the HTTP token kept); the HTTP token lost, only it made anew;
+    --rotate, a fresh set of all five."""
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
         os.mkdir(store)
@@ -661,10 +662,16 @@ def check_secrets_apply_idempotent(ctx):
         assert run() == first, "a second run changed the Secrets"
         os.unlink(os.path.join(store, "rdzv-clients"))
         third = run()
-        assert set(third) == set(first) and all(third[n] != first[n] for n in first), \
-            "a partial set was not replaced whole"
-        fourth = run("--rotate")
-        assert all(fourth[n] != third[n] for n in third), "--rotate kept a Secret"
+        keys = [n for n in first if n != "rdzv-http-token"]
+        assert set(third) == set(first) and all(third[n] != first[n] for n in keys), \
+            "a partial set of keys was not replaced whole"
+        assert third["rdzv-http-token"] == first["rdzv-http-token"], "the HTTP token changed with the keys"
+        os.unlink(os.path.join(store, "rdzv-http-token"))
+        fourth = run()
+        assert all(fourth[n] == third[n] for n in keys), "a lost HTTP token changed the keys"
+        assert fourth["rdzv-http-token"] != third["rdzv-http-token"], "the HTTP token was not made anew"
+        fifth = run("--rotate")
+        assert all(fifth[n] != fourth[n] for n in fourth), "--rotate kept a Secret"
 
 
 GLOBAL_CHECKS = [check_readme_versions, check_secrets_print_without_kubectl,
