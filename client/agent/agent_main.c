@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +68,27 @@ static void s_read_range(s_agent_t *self, const rdzv_assignment_t *a)
     cJSON_Delete(root);
 }
 
+/* PATH.env holds the NCCL IDs and the plan: the agent's and the allowed
+ * uids' to read, nobody else's. As root the agent gives the file to the one
+ * allowed uid; otherwise to an allowed uid's primary group if the agent may
+ * (is in it), else the file keeps the agent's group, which the engine must
+ * then share (a Pod's supplementalGroups). */
+static void s_share_env_file(int fd, const rdzv_agent_opts_t *o)
+{
+    if (o->n_allow_uids == 0) {
+        fchmod(fd, 0600);
+        return;
+    }
+    fchmod(fd, 0640);
+    if (geteuid() == 0 && o->n_allow_uids == 1 && fchown(fd, o->allow_uids[0], (gid_t) -1) == 0)
+        return;
+    for (size_t i = 0; i < o->n_allow_uids; i++) {
+        const struct passwd *pw = getpwuid(o->allow_uids[i]);
+        if (pw && fchown(fd, (uid_t) -1, pw->pw_gid) == 0)
+            return;
+    }
+}
+
 static int s_write_env_file(s_agent_t *self, const rdzv_assignment_t *a)
 {
     char *text = cli_assignment_env(a, self->opts.server);
@@ -81,7 +103,7 @@ static int s_write_env_file(s_agent_t *self, const rdzv_assignment_t *a)
     FILE *f = fopen(tmp, "w");
     int rc = -1;
     if (f) {
-        fchmod(fileno(f), self->opts.n_allow_uids > 0 ? 0644 : 0600);
+        s_share_env_file(fileno(f), &self->opts);
         bool ok = fputs(text, f) >= 0;
         ok = (fclose(f) == 0) && ok;
         rc = ok && rename(tmp, self->env_path) == 0 ? 0 : -1;

@@ -376,6 +376,13 @@ def check_uids(ctx, ov):
     assert a_uid != e_uid, f"agent and engine share uid {a_uid}"
     allowed = [int(agent["args"][i + 1]) for i, a in enumerate(agent["args"]) if a == "--allow-uid"]
     assert allowed == [e_uid], f"--allow-uid {allowed}, engine uid {e_uid}"
+    # A non-root agent leaves PATH.env mode 0640 in its own group (the image
+    # knows no engine uid): the engine must be in that group to read it.
+    a_gid = agent["securityContext"]["runAsGroup"]
+    e_groups = {engine["securityContext"].get("runAsGroup")} | set(
+        ov.pod().get("securityContext", {}).get("supplementalGroups", []))
+    assert a_gid in e_groups, f"the engine (groups {sorted(e_groups)}) cannot read the agent's " \
+                              f"0640 env file of group {a_gid}"
 
 
 def check_engine_command(ctx, ov):

@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 import time
 
-from pod import PROBE, PY, WAIT_S, Fail, Pod, check, wait_for
+from pod import PROBE, PY, WAIT_S, Fail, Pod, Skip, check, wait_for
 
 
 def case_new_engine_epoch(pod):
@@ -309,3 +309,34 @@ def case_rank_taken(opts, index):
         check_agent_ended(pod, 128 + signal.SIGTERM, child, "rank_taken, then SIGTERM")
     finally:
         pod.close()
+
+
+def case_env_file_mode(opts, index):
+    """PATH.env holds the NCCL IDs and the plan. Without --allow-uid it is the
+    agent's alone (0600); with --allow-uid UID it is mode 0640 and, from a
+    root agent, owned by UID: that uid reads it, any other does not."""
+    if os.geteuid() != 0:
+        raise Skip("needs root to read the file as other uids")
+
+    def read_as(path, uid):
+        return subprocess.run(["setpriv", "--reuid=%d" % uid, "--regid=%d" % uid, "--clear-groups",
+                               "cat", path], capture_output=True).returncode
+
+    for allow in ((), ("--allow-uid", "65534")):
+        pod = Pod(opts, index, agent_args=allow)
+        try:
+            os.chmod(pod.tmp.name, 0o755)          # let the other uids reach it
+            env = pod.sock + ".env"
+            wait_for(lambda: os.path.exists(env), "PATH.env")
+            st = os.stat(env)
+            mode = st.st_mode & 0o777
+            if not allow:
+                check(mode == 0o600, "PATH.env without --allow-uid is mode %o" % mode)
+                check(read_as(env, 65534) != 0, "uid 65534 read PATH.env without --allow-uid")
+                continue
+            check(mode == 0o640, "PATH.env with --allow-uid is mode %o, not 0640" % mode)
+            check(st.st_uid == 65534, "PATH.env is owned by uid %d, not 65534" % st.st_uid)
+            check(read_as(env, 65534) == 0, "the allowed uid cannot read PATH.env")
+            check(read_as(env, 65533) != 0, "uid 65533, not allowed, read PATH.env")
+        finally:
+            pod.close()
