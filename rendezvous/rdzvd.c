@@ -82,6 +82,8 @@ static void s_usage(FILE *out)
         "  --clients DIR            public certificates of the clients accepted\n"
         "  --group-token FILE       every request must carry this token\n"
         "  --insecure-bind-any      without keys, serve other than loopback anyway\n"
+        "  --peer-timeout S         drop a connection whose handshake, or whose answer to\n"
+        "                           a ZMTP heartbeat, takes over S seconds (default 30)\n"
         "  --help, --version\n",
         RDZV_DEFAULT_BIND, RDZV_DEFAULT_PORT_BASE, RDZV_DEFAULT_PORTS_PER_RANK,
         RDZV_DEFAULT_PORT_LIMIT, RDZV_DEFAULT_MAX_WORLD);
@@ -127,7 +129,8 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         { "http-token", required_argument, 0, 'A' }, { "help", no_argument, 0, 'h' },
         { "version", no_argument, 0, 'V' }, { "curve-secret", required_argument, 0, 'C' },
         { "clients", required_argument, 0, 'L' }, { "group-token", required_argument, 0, 'T' },
-        { "insecure-bind-any", no_argument, 0, 'I' }, { "compact-mib", required_argument, 0, 'M' },
+        { "insecure-bind-any", no_argument, 0, 'I' },
+        { "peer-timeout", required_argument, 0, 'O' }, { "compact-mib", required_argument, 0, 'M' },
         { "log-format", required_argument, 0, 'f' }, { "io-threads", required_argument, 0, 'i' },
         { "max-groups", required_argument, 0, 'G' }, { "max-kv-mib", required_argument, 0, 'K' },
         { "max-waits", required_argument, 0, 'W' }, { "max-rps", required_argument, 0, 'P' },
@@ -157,6 +160,10 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         case 'L': o->security.clients_dir = optarg; break;
         case 'T': o->token_file = optarg; break;
         case 'I': o->insecure_bind_any = true; break;
+        case 'O':
+            rc = s_int_arg("--peer-timeout", optarg, 1, 3600, &o->security.peer_timeout_ms);
+            o->security.peer_timeout_ms *= 1000;
+            break;
         case 'i': rc = s_int_arg("--io-threads", optarg, 1, 64, &o->io_threads); break;
         case 'S': rc = s_int_arg("--shards", optarg, 1, RDZV_MAX_SHARDS, &o->shards); break;
         case 'Q': rc = s_int_arg("--listeners", optarg, 1, RDZV_MAX_LISTENERS, &o->listeners); break;

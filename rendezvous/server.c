@@ -48,7 +48,21 @@ static int s_start_auth(rdzv_server_t *self, const rdzv_server_security_t *sec,
     return 0;
 }
 
-static zsock_t *s_router(zcert_t *cert)
+/* A peer that stops mid-frame, or never finishes its greeting, would hold
+ * its descriptor forever: libzmq drops a handshake that takes longer than
+ * the timeout, and heartbeats (a PING every third of it; libzmq answers
+ * them for every client, however idle its application) drop a peer that
+ * stops answering. */
+static void s_peer_timeouts(void *sock, int timeout_ms)
+{
+    int ivl = timeout_ms / 3 > 100 ? timeout_ms / 3 : 100;
+    zmq_setsockopt(sock, ZMQ_HANDSHAKE_IVL, &timeout_ms, sizeof timeout_ms);
+    zmq_setsockopt(sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
+    zmq_setsockopt(sock, ZMQ_HEARTBEAT_TIMEOUT, &timeout_ms, sizeof timeout_ms);
+    zmq_setsockopt(sock, ZMQ_HEARTBEAT_TTL, &timeout_ms, sizeof timeout_ms);
+}
+
+static zsock_t *s_router(zcert_t *cert, int peer_timeout_ms)
 {
     zsock_t *router = zsock_new(ZMQ_ROUTER);
     if (!router)
@@ -56,6 +70,7 @@ static zsock_t *s_router(zcert_t *cert)
     void *sock = zsock_resolve(router);
     int64_t max = RDZV_HARD_MAX_FRAME;
     zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &max, sizeof max);
+    s_peer_timeouts(sock, peer_timeout_ms);
     zsock_set_linger(router, 0);
     zsock_set_sndhwm(router, 0);
     zsock_set_rcvhwm(router, 0);
@@ -132,7 +147,9 @@ rdzv_server_t *rdzv_server_new(rdzv_core_t *core, const char *endpoint, int shar
     int rc = 0;
     int io_threads = zmq_ctx_get(zsys_init(), ZMQ_IO_THREADS);
     for (int i = 0; i < shards && rc == 0; i++) {
-        zsock_t *router = s_router(cert);
+        zsock_t *router = s_router(cert, security && security->peer_timeout_ms > 0
+                                               ? security->peer_timeout_ms
+                                               : RDZV_DEFAULT_PEER_TIMEOUT_MS);
         /* Each shard's connections on I/O threads of its own: a release
          * then hands its replies to a few threads kept busy rather than
          * waking every thread for every shard. */

@@ -11,12 +11,17 @@
 
 typedef struct rdzv_server rdzv_server_t;
 
+#define RDZV_DEFAULT_PEER_TIMEOUT_MS 30000
+
 /* CURVE: curve_secret is rdzvd's secret certificate (zcert format) and
  * clients_dir holds the public certificates of the clients it accepts.
- * Both NULL: no encryption. */
+ * Both NULL: no encryption. peer_timeout_ms: a connection that has not
+ * finished its handshake, or has not answered a ZMTP heartbeat, this long
+ * is dropped (0: RDZV_DEFAULT_PEER_TIMEOUT_MS). */
 typedef struct {
     const char *curve_secret;
     const char *clients_dir;
+    int peer_timeout_ms;
 } rdzv_server_security_t;
 
 /* shards > 1 or listeners > 1 needs an endpoint rdzv_listen_shardable()

@@ -26,6 +26,7 @@ CASES = {
     "bitflip_header": fault_journal.case_bitflip_header,
     "full_disk": fault_journal.case_full_disk,
     "half_message": fault_network.case_half_message,
+    "stalled_peers": fault_network.case_stalled_peers,
     "vanish_10k": fault_network.case_vanish_10k,
     "agent_sigkill": fault_agent.case_agent_sigkill,
     "rdzvd_restart_reservations": fault_agent.case_rdzvd_restart_reservations,

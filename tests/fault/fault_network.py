@@ -103,6 +103,55 @@ def case_half_message(opts):
         srv.close()
 
 
+def case_stalled_peers(opts):
+    """Peers that stop mid-handshake or mid-frame are dropped after
+    --peer-timeout (ZMTP heartbeats and the handshake limit); a real client
+    waiting longer than that on an idle connection is not."""
+    srv = Server(opts, extra=("--peer-timeout", "2"))
+    held = []
+    try:
+        before = srv.fd_count()
+        for i in range(10):
+            s = socket.create_connection(tcp_addr(srv.endpoint), timeout=5)
+            s.sendall(zmtp_greeting()[:5 + i])
+            held.append(s)
+        for i in range(10):
+            s = handshake(srv.endpoint)
+            s.sendall(b"\x02" + struct.pack(">Q", 1000) + b"{" * i)
+            held.append(s)
+        waiter = join_async(opts, srv.endpoint, "idle", 2, 0, timeout=30)
+        TAP.ok(srv.fd_count() >= before + 20, "20 stalled peers connected (%d descriptors, %d "
+               "before)" % (srv.fd_count(), before))
+
+        def closed(s):
+            s.settimeout(0.05)
+            try:
+                return s.recv(4096) == b"" or closed(s)
+            except socket.timeout:
+                return False
+            except (ConnectionResetError, BrokenPipeError):
+                return True
+        t0 = time.monotonic()
+        left = list(held)
+        deadline = t0 + 20
+        while left and time.monotonic() < deadline:
+            left = [s for s in left if not closed(s)]
+        TAP.ok(not left, "rdzvd dropped all 20 stalled peers within %.1f s of a 2 s timeout "
+               "(%d left)" % (time.monotonic() - t0, len(left)))
+        time.sleep(max(0.0, 7 - (time.monotonic() - t0)))     # over 3 timeouts idle
+        rc, _, err = join(opts, srv.endpoint, "idle", 2, 1)
+        out, werr = waiter.communicate(timeout=30)
+        TAP.ok(rc == 0 and waiter.returncode == 0,
+               "a join idle for 7 s (over 3 timeouts) still gets its assignment: rc %d/%d %s%s"
+               % (rc, waiter.returncode, err.strip()[-200:], werr.strip()[-200:]))
+        TAP.ok(srv.fd_count() <= before + 2, "descriptors back to %d (%d before)"
+               % (srv.fd_count(), before))
+    finally:
+        for s in held:
+            s.close()
+        srv.close()
+
+
 def case_vanish_10k(opts):
     """10,000 connections, in batches of 500, each sending a random prefix
     of a ZMTP handshake and vanishing (half close, or RST)."""
