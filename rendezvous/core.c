@@ -13,6 +13,7 @@
 
 #include <assert.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -324,6 +325,16 @@ void rdzv_core_wait(rdzv_core_t *self, uint64_t gate)
     rdzv_journal_wait(self->journal, gate);
 }
 
+const char *const rdzv_drop_reason_names[RDZV_DROP_REASONS] = {
+    [RDZV_DROP_SLOW_READER] = "slow_reader", [RDZV_DROP_GONE] = "gone",
+};
+
+void rdzv_core_count_dropped(rdzv_core_t *self, rdzv_drop_reason_t why, unsigned n)
+{
+    assert(why < RDZV_DROP_REASONS);
+    atomic_fetch_add(&self->replies_dropped[why], n);
+}
+
 void rdzv_core_stats(rdzv_core_t *self, int64_t now_ms, rdzv_core_stats_t *out)
 {
     pthread_mutex_lock(&self->lock);
@@ -342,6 +353,8 @@ void rdzv_core_stats(rdzv_core_t *self, int64_t now_ms, rdzv_core_stats_t *out)
     out->journal_bytes = rdzv_journal_size(self->journal);
     rdzv_journal_sync_latency(self->journal, &out->fsync);
     pthread_mutex_unlock(&self->lock);
+    for (int i = 0; i < RDZV_DROP_REASONS; i++)
+        out->replies_dropped[i] = atomic_load(&self->replies_dropped[i]);
 }
 
 cJSON *rdzv_core_status_json(rdzv_core_t *self, const char *group, int64_t now_ms)

@@ -77,10 +77,18 @@ int rdzv_core_end(rdzv_core_t *self, rdzv_commit_t *commit);
 /* Waits until what gate names is durable (any thread, no lock). */
 void rdzv_core_wait(rdzv_core_t *self, uint64_t gate);
 
+/* Replies a shard could not hand to libzmq, by why: the peer's queue was
+ * full (it does not read what it asked for), or the peer was gone. */
+typedef enum { RDZV_DROP_SLOW_READER, RDZV_DROP_GONE, RDZV_DROP_REASONS } rdzv_drop_reason_t;
+extern const char *const rdzv_drop_reason_names[RDZV_DROP_REASONS];
+/* Counts n such replies (any thread, no lock). */
+void rdzv_core_count_dropped(rdzv_core_t *self, rdzv_drop_reason_t why, unsigned n);
+
 /* What /metrics shows. Takes the lock. */
 typedef struct {
     rdzv_metrics_t metrics;
     unsigned long long groups, ranks_joined, ranks_live, journal_bytes;
+    unsigned long long replies_dropped[RDZV_DROP_REASONS];
     rdzv_histogram_t fsync;
 } rdzv_core_stats_t;
 void rdzv_core_stats(rdzv_core_t *self, int64_t now_ms, rdzv_core_stats_t *out);

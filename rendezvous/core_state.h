@@ -4,6 +4,7 @@
 #define RDZV_CORE_STATE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "batch.h"
 #include "core.h"
@@ -20,6 +21,7 @@ struct rdzv_core {
     rdzv_rate_t *rate;
     int64_t last_prune_ms;
     bool in_batch;               /* between begin and end or defer */
+    _Atomic unsigned long long replies_dropped[RDZV_DROP_REASONS];
     /* Held from begin to end; the HTTP server's readers take it too. */
     pthread_mutex_t lock;
 };

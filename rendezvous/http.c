@@ -183,6 +183,11 @@ static void s_render_metrics(const rdzv_core_stats_t *st, FILE *f)
              m->epoch_changes);
     s_metric(f, "rdzv_journal_compactions_total", "counter",
              "Journal rewrites as the records of the current state.", m->compactions);
+    fprintf(f, "# HELP rdzv_replies_dropped_total Replies not sent: the peer's queue was full "
+            "(slow_reader) or the peer was gone.\n# TYPE rdzv_replies_dropped_total counter\n");
+    for (int i = 0; i < RDZV_DROP_REASONS; i++)
+        fprintf(f, "rdzv_replies_dropped_total{reason=\"%s\"} %llu\n", rdzv_drop_reason_names[i],
+                st->replies_dropped[i]);
     fprintf(f, "# HELP rdzv_shard_requests_total Requests received, by the shard whose "
             "listener took the connection.\n# TYPE rdzv_shard_requests_total counter\n");
     for (int i = 0; i < RDZV_MAX_SHARDS; i++)

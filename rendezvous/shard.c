@@ -88,8 +88,12 @@ static void s_free_text(void *data, void *hint)
  * itself (libzmq frees it once written): a copy of every reply of a
  * release would otherwise be alive beside its text until the send. A peer
  * that vanished is dropped by the ROUTER; nothing to do. */
+/* The ROUTERs are ZMQ_ROUTER_MANDATORY with a finite SNDHWM (server.c):
+ * a reply to a peer whose queue is full, or who is gone, fails at once
+ * rather than piling up; it is dropped and counted. */
 static void s_send_all(rdzv_shard_t *self, rdzv_reply_t *v, size_t n)
 {
+    unsigned dropped[RDZV_DROP_REASONS] = { 0 };
     for (size_t i = 0; i < n; i++) {
         rdzv_reply_t *reply = &v[i];
         zmq_msg_t body;
@@ -100,11 +104,16 @@ static void s_send_all(rdzv_shard_t *self, rdzv_reply_t *v, size_t n)
             reply->text = NULL;              /* the message's now */
             if (zmq_send(self->sock, rdzv_peer_id(&reply->peer), reply->peer.len,
                          ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0
-                || zmq_msg_send(&body, self->sock, ZMQ_DONTWAIT) < 0)
+                || zmq_msg_send(&body, self->sock, ZMQ_DONTWAIT) < 0) {
+                dropped[zmq_errno() == EAGAIN ? RDZV_DROP_SLOW_READER : RDZV_DROP_GONE]++;
                 zmq_msg_close(&body);
+            }
         }
         rdzv_reply_clear(reply);
     }
+    for (int r = 0; r < RDZV_DROP_REASONS; r++)
+        if (dropped[r])
+            rdzv_core_count_dropped(self->set->core, (rdzv_drop_reason_t) r, dropped[r]);
 }
 
 /* The inbox grown to hold want replies; NULL (inbox untouched) if out of memory. */

@@ -27,6 +27,7 @@ CASES = {
     "full_disk": fault_journal.case_full_disk,
     "half_message": fault_network.case_half_message,
     "stalled_peers": fault_network.case_stalled_peers,
+    "slow_readers": fault_network.case_slow_readers,
     "vanish_10k": fault_network.case_vanish_10k,
     "agent_sigkill": fault_agent.case_agent_sigkill,
     "rdzvd_restart_reservations": fault_agent.case_rdzvd_restart_reservations,
