@@ -16,15 +16,13 @@ import tempfile
 import time
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import rdzvtest  # noqa: E402
+from rdzvtest import Fail, free_port  # noqa: E402
+
 SHARDS = 4
 LISTENERS = 6
 RANKS = 48
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def listeners(port):
@@ -58,18 +56,26 @@ def have_ipv6_loopback():
         return False
 
 
+def started(d):
+    """Whether rdzvd d came up. Not an exception: starting is a check of its
+    own, and the checks after it still run and print."""
+    try:
+        d.start()
+        return True
+    except Fail:
+        return False
+
+
 def ipv6_group(rdzvd, rdzv, tmp):
     """rdzvd on [::1] with two shards; four `rdzv join` over IPv6."""
-    epfile = os.path.join(tmp, "endpoint6")
-    proc = subprocess.Popen([rdzvd, "--bind", "tcp://[::1]:0", "--shards", "2",
-                             "--endpoint-file", epfile, "--state-dir",
-                             os.path.join(tmp, "state6"), "--no-nccl"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    work = os.path.join(tmp, "v6")
+    os.mkdir(work)
+    d = rdzvtest.Rdzvd(rdzvd, work, "--shards", "2", "--no-nccl", bind="tcp://[::1]:0",
+                       start=False)
     try:
-        if not wait_file(epfile, proc):
+        if not started(d):
             return False
-        with open(epfile) as f:
-            endpoint = f.read().strip()
+        endpoint = d.endpoint
         joins = [subprocess.Popen([rdzv, "join", "--server", endpoint, "--group", "v6",
                                    "--world", "4", "--rank", str(r), "--node", "n%d" % r,
                                    "--host", "::1", "--timeout", "30"],
@@ -79,25 +85,20 @@ def ipv6_group(rdzvd, rdzv, tmp):
         return endpoint.startswith("tcp://[::1]:") and all(
             rc == 0 and json.loads(out)["world"] == 4 for rc, out in outs)
     finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+        d.stop()
 
 
 def start_line(rdzvd, tmp, prefix):
     """rdzvd's "start" log line when run under prefix (taskset ...)."""
-    epfile = os.path.join(tmp, "endpoint-pinned")
-    log = os.path.join(tmp, "pinned.log")
-    with open(log, "w") as err:
-        proc = subprocess.Popen(prefix + [rdzvd, "--bind", "tcp://127.0.0.1:0", "--endpoint-file",
-                                          epfile, "--state-dir", os.path.join(tmp, "state-pinned"),
-                                          "--no-nccl"], stdout=subprocess.DEVNULL, stderr=err)
-        try:
-            wait_file(epfile, proc)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=20)
-    with open(log) as f:
-        return next((line for line in f if " start " in line), "")
+    work = os.path.join(tmp, "pinned")
+    os.mkdir(work)
+    d = rdzvtest.Rdzvd(rdzvd, work, "--no-nccl", bind="tcp://127.0.0.1:0", start=False)
+    d.prefix = prefix
+    try:
+        started(d)
+    finally:
+        d.stop()
+    return next((line for line in d.log().splitlines() if " start " in line), "")
 
 
 def own_identities(endpoint):
@@ -135,29 +136,17 @@ def own_identities(endpoint):
         ctx.term()
 
 
-def wait_file(path, proc, seconds=20):
-    deadline = time.time() + seconds
-    while not os.path.exists(path) and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
-    return os.path.exists(path)
-
-
 def main():
     rdzvd, rdzv = os.environ["RDZVD"], os.environ["RDZV"]
     tmp = tempfile.TemporaryDirectory()
     port, http_port = free_port(), free_port()
     endpoint = f"tcp://127.0.0.1:{port}"
-    epfile = os.path.join(tmp.name, "endpoint")
-    log = open(os.path.join(tmp.name, "rdzvd.log"), "w")
-    proc = subprocess.Popen([rdzvd, "--bind", endpoint, "--shards", str(SHARDS),
-                             "--listeners", str(LISTENERS),
-                             "--endpoint-file", epfile, "--state-dir",
-                             os.path.join(tmp.name, "state"), "--no-nccl",
-                             "--http", f"127.0.0.1:{http_port}"],
-                            stdout=subprocess.DEVNULL, stderr=log)
+    d = rdzvtest.Rdzvd(rdzvd, tmp.name, "--shards", str(SHARDS), "--listeners", str(LISTENERS),
+                       "--no-nccl", "--http", f"127.0.0.1:{http_port}", bind=endpoint,
+                       start=False)
     checks = []
     try:
-        checks.append(("rdzvd starts with --shards %d" % SHARDS, wait_file(epfile, proc)))
+        checks.append(("rdzvd starts with --shards %d" % SHARDS, started(d)))
         checks.append(("%d listeners on the one port" % LISTENERS, listeners(port) == LISTENERS))
 
         # Every rank its own process and connection, all at once.
@@ -216,22 +205,14 @@ def main():
             checks.append(("an IPv6 endpoint with 2 shards serves 4 ranks",
                            ipv6_group(rdzvd, rdzv, tmp.name)))
     finally:
-        proc.terminate()
-        try:
-            rc = proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = None
-        checks.append(("rdzvd with shards stops on SIGTERM", rc == 0))
-        log.close()
+        checks.append(("rdzvd with shards stops on SIGTERM", d.stop() == 0))
     print("1..%d" % len(checks))
     failed = 0
     for i, (name, ok) in enumerate(checks, 1):
         print("%s %d - %s" % ("ok" if ok else "not ok", i, name))
         failed += not ok
     if failed:
-        with open(os.path.join(tmp.name, "rdzvd.log")) as f:
-            sys.stdout.write("".join("# " + line for line in f.readlines()[-20:]))
+        sys.stdout.write("".join("# " + line for line in d.log().splitlines(True)[-20:]))
     return 1 if failed else 0
 
 

@@ -4,6 +4,7 @@ tests/lib on sys.path and imports what it needs."""
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 
@@ -34,11 +35,28 @@ def wait_for(pred, what, timeout=WAIT_S, step=0.02):
     raise Fail("timed out after %gs waiting for %s" % (timeout, what))
 
 
+def free_port():
+    """A loopback port free now, for a listener that must be named before it
+    starts (rdzvd's --http, a bind the test counts listeners on)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class Rdzvd:
     """One real rdzvd, its state, log and endpoint file in workdir. It binds
     bind (default an ephemeral loopback port) and starts at once unless
     start=False; start() again after stop() restarts it on the endpoint it
     had, with the same state."""
+
+    # Set before start(). prefix: words ahead of rdzvd on its command line
+    # (taskset, ip netns exec); the ss that names a port's holder runs under
+    # it too, so that it looks in rdzvd's network namespace. new_session:
+    # rdzvd leads a process group of its own, for a harness that ends what it
+    # started by process group (rdzvd's helpers with it) and handles the
+    # terminal's Ctrl-C itself.
+    prefix = ()
+    new_session = False
 
     def __init__(self, exe, workdir, *extra, bind="tcp://127.0.0.1:*", state=None, start=True):
         self.exe = exe
@@ -54,7 +72,7 @@ class Rdzvd:
             self.start()
 
     def argv(self, bind, extra):
-        return [self.exe, "--bind", bind, "--endpoint-file", self.ep_file,
+        return [*self.prefix, self.exe, "--bind", bind, "--endpoint-file", self.ep_file,
                 "--state-dir", self.state, *extra]
 
     def spawn(self, bind=None, extra=None):
@@ -66,7 +84,7 @@ class Rdzvd:
         with open(self.log_path, "a") as log:
             self.proc = subprocess.Popen(
                 self.argv(bind or self.endpoint or self.bind, self.extra if extra is None else extra),
-                stdout=subprocess.DEVNULL, stderr=log)
+                stdout=subprocess.DEVNULL, stderr=log, start_new_session=self.new_session)
         return self.proc
 
     def start(self, bind=None, extra=None):
@@ -76,7 +94,7 @@ class Rdzvd:
         def up():
             if p.poll() is not None:
                 raise Fail("rdzvd exited %d at start: %s%s" % (
-                    p.returncode, self.log_since().strip()[-400:], self._holders(bind)))
+                    p.returncode, self.log_since().strip()[-400:], self._holders(bind or self.endpoint or self.bind)))
             if os.path.exists(self.ep_file):
                 return open(self.ep_file).read().strip()
             return None
@@ -88,7 +106,7 @@ class Rdzvd:
         m = re.search(r":(\d+)$", bind or "")
         if not m or not os.path.exists("/usr/bin/ss"):
             return ""
-        out = subprocess.run(["ss", "-Htanp", "sport = :" + m.group(1)],
+        out = subprocess.run([*self.prefix, "ss", "-Htanp", "sport = :" + m.group(1)],
                              capture_output=True, text=True).stdout.strip()
         return "\nholding the port: " + out if out else ""
 

@@ -4,13 +4,15 @@ from threads, assignment fields, KV, status, heartbeat, refusals. TAP.
 Needs LIBRDZV (librdzv's path), RDZVD (rdzvd's path) and PYTHONPATH with
 examples/python."""
 import os
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
 import rdzv
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import rdzvtest  # noqa: E402
 
 CASES = []
 
@@ -20,25 +22,13 @@ def case(fn):
     return fn
 
 
-class Server:
+class Server(rdzvtest.Rdzvd):
     def __init__(self):
         self.tmp = tempfile.TemporaryDirectory()
-        epfile = os.path.join(self.tmp.name, "endpoint")
-        self.proc = subprocess.Popen(
-            [os.environ["RDZVD"], "--bind", "tcp://127.0.0.1:*", "--endpoint-file", epfile,
-             "--state-dir", os.path.join(self.tmp.name, "state"), "--no-nccl", "--no-fsync"],
-            stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.tmp.name, "log"), "w"))
-        deadline = time.time() + 20
-        while not os.path.exists(epfile):
-            if time.time() > deadline or self.proc.poll() is not None:
-                raise RuntimeError("rdzvd did not start")
-            time.sleep(0.02)
-        with open(epfile) as f:
-            self.endpoint = f.read().strip()
+        super().__init__(os.environ["RDZVD"], self.tmp.name, "--no-nccl", "--no-fsync")
 
     def close(self):
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
+        self.stop()
         self.tmp.cleanup()
 
 

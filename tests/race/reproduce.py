@@ -29,13 +29,16 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+import rdzvtest  # noqa: E402
+from rdzvtest import Fail, Skip  # noqa: E402
+
 KINDS = ("eaddrinuse", "wrong_peer", "timeout", "no_result", "off_plan", "leftover",
          "server", "reserve_blocked")
 NS_PREFIX = "rdzvrace"
 NET_PREFIX = "10.213"          # only inside namespaces this harness creates
 SERVER_ADDR = NET_PREFIX + ".0.1"
 RDZVD_NS_PORT = 5555
-RDZVD_START_S = 5
 SKIP = 77
 KEEP_FAILED_MAX = 10
 FAILED_IDS_MAX = 100
@@ -43,10 +46,6 @@ FAILED_IDS_MAX = 100
 # would share a port through SO_REUSEPORT: shared-topology runs take turns.
 SHARED_LOCK = os.path.join(tempfile.gettempdir(), "rdzv-race-shared.lock")
 KILL_GRACE_S = 0.5
-
-
-class Skip(Exception):
-    pass
 
 
 class Interrupted(Exception):
@@ -127,44 +126,35 @@ class Rdzvd:
 
     def __init__(self, args, net, work):
         self.args, self.net, self.work = args, net, work
-        self.proc = None
+        self.daemon = None
         self.generation = 0
 
     def endpoint(self):
-        with open(self.endpoint_file) as f:
-            return f.read().strip()
+        return self.daemon.endpoint
 
     def start(self):
+        """A new rdzvtest.Rdzvd each generation, in a directory of its own:
+        its own restart would keep the state, and a restart here starts
+        from a fresh one."""
         self.generation += 1
         gen = os.path.join(self.work, "netns" if self.net else "shared",
                            "rdzvd-%d" % self.generation)
         os.makedirs(gen)
-        self.endpoint_file = os.path.join(gen, "endpoint")
         a = self.args
         bind = "tcp://%s:%s" % ((SERVER_ADDR, RDZVD_NS_PORT) if self.net
                                 else ("127.0.0.1", "*"))
-        cmd = [a.rdzvd, "--bind", bind, "--state-dir", os.path.join(gen, "state"),
-               "--endpoint-file", self.endpoint_file,
-               "--port-base", str(a.port_base), "--ports-per-rank", str(a.ports_per_rank),
-               "--port-limit", str(a.port_limit)]
+        extra = ["--port-base", str(a.port_base), "--ports-per-rank", str(a.ports_per_rank),
+                 "--port-limit", str(a.port_limit)]
         if self.net:
             # a bridge in namespaces of our own: nobody else can reach it
-            cmd = self.net.wrap(None) + cmd + s_supported(a.rdzvd, "--insecure-bind-any")
-        self.log = open(os.path.join(gen, "rdzvd.log"), "w")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        self._wait_ready()
-
-    def _wait_ready(self):
-        deadline = time.monotonic() + RDZVD_START_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("rdzvd exited with %s: %s"
-                                   % (self.proc.returncode, self.log_tail()))
-            if os.path.exists(self.endpoint_file):
-                return
-            time.sleep(0.01)
-        raise RuntimeError("rdzvd wrote no endpoint within %d s" % RDZVD_START_S)
+            extra += s_supported(a.rdzvd, "--insecure-bind-any")
+        # Set before it starts, so that stop() has a process to end even when
+        # rdzvd never serves.
+        self.daemon = rdzvtest.Rdzvd(a.rdzvd, gen, *extra, bind=bind, start=False)
+        if self.net:
+            self.daemon.prefix = self.net.wrap(None)
+        self.daemon.new_session = True      # s_kill ends it by process group, as the Pods
+        self.daemon.start()
 
     def group_name(self, trial, g):
         return "race-%d-%d-t%d-g%d" % (os.getpid(), self.generation, trial, g)
@@ -172,7 +162,7 @@ class Rdzvd:
     def delete_groups(self, trial, n_groups):
         """As an operator deleting finished deployments: frees their plans."""
         events = []
-        if self.proc.poll() is not None:
+        if self.daemon.proc.poll() is not None:
             return events      # ensure_running() reports it before the next trial
         for g in range(n_groups):
             cmd = [self.args.rdzv, "group", "delete", "--server", self.endpoint(),
@@ -187,26 +177,24 @@ class Rdzvd:
         return events
 
     def log_tail(self):
-        self.log.flush()
-        with open(self.log.name) as f:
-            return " | ".join(f.read().splitlines()[-3:])
+        return " | ".join(self.daemon.log().splitlines()[-3:])
 
     def ensure_running(self):
         """rdzvd gone (it crashed, or someone killed it): report and restart."""
-        if self.proc.poll() is None:
+        if self.daemon.proc.poll() is None:
             return []
         ev = {"kind": "server", "what": "rdzvd-exited",
-              "detail": "status %s; rdzvd log: %s" % (self.proc.returncode, self.log_tail())}
-        self.log.close()
-        self.proc = None
+              "detail": "status %s; rdzvd log: %s" % (self.daemon.proc.returncode,
+                                                      self.log_tail())}
+        # its pid may be reused: stop() must not signal it
+        self.daemon = None
         self.start()
         return [ev]
 
     def stop(self):
-        if self.proc is not None:
-            s_kill(self.proc)
-            self.proc = None
-            self.log.close()
+        d, self.daemon = self.daemon, None
+        if d is not None and d.proc is not None:
+            s_kill(d.proc)
 
 
 def s_supported(program, flag):
@@ -427,7 +415,7 @@ class Harness:
         shutil.copytree(os.path.join(self.work, topology, "t%d" % trial), dest,
                         ignore=shutil.ignore_patterns("*.sock"))
         if rdzvd:
-            shutil.copy(rdzvd.log.name, dest)
+            shutil.copy(rdzvd.daemon.log_path, dest)
         print("kept trial %d in %s" % (trial, dest), file=sys.stderr)
 
     def account(self, stats, trial, events):
@@ -588,7 +576,7 @@ def main(argv):
     except Interrupted as e:
         print("interrupted (%s); cleaned up" % e, file=sys.stderr)
         return 2
-    except (RuntimeError, subprocess.CalledProcessError, OSError) as e:
+    except (RuntimeError, Fail, subprocess.CalledProcessError, OSError) as e:
         detail = getattr(e, "stderr", "") or ""
         print("error: %s %s" % (e, detail.strip()), file=sys.stderr)
         return 2
