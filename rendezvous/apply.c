@@ -50,7 +50,7 @@ static int s_apply_join(rdzv_state_t *self, rdzv_group_t *g, const rdzv_record_t
 }
 
 /* A new epoch forgets the old one's ID, KV and completeness; plans stay. */
-static int s_apply_epoch(rdzv_group_t *g, const rdzv_record_t *rec)
+static int s_apply_epoch(rdzv_state_t *self, rdzv_group_t *g, const rdzv_record_t *rec)
 {
     int64_t epoch = rec->u.complete.epoch;
     if (epoch <= g->epoch)
@@ -70,6 +70,7 @@ static int s_apply_epoch(rdzv_group_t *g, const rdzv_record_t *rec)
     for (int i = 0; i < 2; i++)
         rdzv_shared_unref(&g->shared[i]);
     zhashx_purge(g->kv);
+    self->kv_bytes -= g->kv_bytes;
     g->kv_bytes = 0;
     return 0;
 }
@@ -134,7 +135,7 @@ static int s_apply_plans(rdzv_state_t *self, rdzv_group_t *g, const rdzv_record_
     return -1;
 }
 
-static int s_apply_kv(rdzv_group_t *g, const rdzv_record_t *rec)
+static int s_apply_kv(rdzv_state_t *self, rdzv_group_t *g, const rdzv_record_t *rec)
 {
     const char *key = rec->u.kv.key, *value = rec->u.kv.value;
     if (rec->u.kv.epoch != g->epoch)
@@ -143,9 +144,9 @@ static int s_apply_kv(rdzv_group_t *g, const rdzv_record_t *rec)
     if (!copy)
         return -1;
     const char *old = zhashx_lookup(g->kv, key);
-    if (old)
-        g->kv_bytes -= strlen(key) + strlen(old);
-    g->kv_bytes += strlen(key) + strlen(value);
+    uint64_t was = old ? strlen(key) + strlen(old) : 0, now = strlen(key) + strlen(value);
+    g->kv_bytes += now - was;
+    self->kv_bytes += now - was;
     zhashx_update(g->kv, key, copy);
     return 0;
 }
@@ -163,11 +164,11 @@ int rdzv_state_apply(void *arg, const cJSON *json)
         return -1;
     switch (rec.kind) {
     case RDZV_REC_JOIN: return s_apply_join(self, g, &rec);
-    case RDZV_REC_EPOCH: return s_apply_epoch(g, &rec);
+    case RDZV_REC_EPOCH: return s_apply_epoch(self, g, &rec);
     case RDZV_REC_COMPLETE: return s_apply_complete(g, &rec);
     case RDZV_REC_PLANS: return s_apply_plans(self, g, &rec);
     case RDZV_REC_PLAN: return s_apply_plan(self, g, &rec);
-    case RDZV_REC_KV: return s_apply_kv(g, &rec);
+    case RDZV_REC_KV: return s_apply_kv(self, g, &rec);
     case RDZV_REC_ROOT_DONE:
         if (rec.u.complete.epoch != g->epoch || !g->complete)
             return -1;

@@ -197,8 +197,17 @@ static void s_handle_kv(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_
     const char *value = zhashx_lookup(g->kv, req->key);
     if (req->op == RDZV_OP_KV_PUT) {
         /* An overwrite frees the old value: count the group without it. */
-        uint64_t others = g->kv_bytes - (value ? strlen(req->key) + strlen(value) : 0);
-        if (others + strlen(req->key) + strlen(req->value) > self->cfg->limits.max_kv_bytes) {
+        uint64_t old = value ? strlen(req->key) + strlen(value) : 0;
+        uint64_t put = strlen(req->key) + strlen(req->value);
+        const rdzv_limits_t *lim = &self->cfg->limits;
+        if (self->state->kv_bytes - old + put > lim->max_kv_total_bytes) {
+            rdzv_batch_error(self, peer, RDZV_E_LIMIT, "rdzvd holds %llu KV bytes in all groups; "
+                             "the limit is %llu", (unsigned long long) self->state->kv_bytes,
+                             (unsigned long long) lim->max_kv_total_bytes);
+            return;
+        }
+        uint64_t others = g->kv_bytes - old;
+        if (others + put > lim->max_kv_bytes) {
             rdzv_batch_error(self, peer, RDZV_E_LIMIT, "group %s holds %llu KV bytes; the limit is %llu",
                             g->name, (unsigned long long) g->kv_bytes,
                             (unsigned long long) self->cfg->limits.max_kv_bytes);

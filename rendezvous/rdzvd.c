@@ -71,6 +71,7 @@ static void s_usage(FILE *out)
         "                           then whenever it has doubled since; 0: never\n"
         "  --max-groups N           groups held at once (default 100000)\n"
         "  --max-kv-mib N           KV bytes per group and epoch (default 64)\n"
+        "  --max-kv-total-mib N     KV bytes of all groups together (default 1024)\n"
         "  --max-waits N            joins and kv waits pending at once (default 1000000)\n"
         "  --max-rps N              requests per second per connection, -1: no limit (default 1000)\n"
         "  --endpoint-file PATH     write the bound endpoint to PATH once serving\n"
@@ -133,11 +134,12 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         { "peer-timeout", required_argument, 0, 'O' }, { "compact-mib", required_argument, 0, 'M' },
         { "log-format", required_argument, 0, 'f' }, { "io-threads", required_argument, 0, 'i' },
         { "max-groups", required_argument, 0, 'G' }, { "max-kv-mib", required_argument, 0, 'K' },
+        { "max-kv-total-mib", required_argument, 0, 'J' },
         { "max-waits", required_argument, 0, 'W' }, { "max-rps", required_argument, 0, 'P' },
         { "shards", required_argument, 0, 'S' }, { "listeners", required_argument, 0, 'Q' },
         { 0, 0, 0, 0 },
     };
-    int c, dead_after = 15, compact_mib = 64, kv_mib = 64;
+    int c, dead_after = 15, compact_mib = 64, kv_mib = 64, kv_total_mib = 1024;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         int rc = 0;
         switch (c) {
@@ -177,6 +179,7 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         case 'M': rc = s_int_arg("--compact-mib", optarg, 0, 1 << 20, &compact_mib); break;
         case 'G': rc = s_int_arg("--max-groups", optarg, 1, 1 << 24, &o->cfg.limits.max_groups); break;
         case 'K': rc = s_int_arg("--max-kv-mib", optarg, 1, 1 << 16, &kv_mib); break;
+        case 'J': rc = s_int_arg("--max-kv-total-mib", optarg, 1, 1 << 20, &kv_total_mib); break;
         case 'W': rc = s_int_arg("--max-waits", optarg, 1, 1 << 28, &o->cfg.limits.max_waits); break;
         case 'P': rc = s_int_arg("--max-rps", optarg, -1, 1 << 24, &o->cfg.limits.max_rps); break;
         case 'h': s_usage(stdout); exit(0);
@@ -193,6 +196,7 @@ static int s_parse(int argc, char **argv, s_options_t *o)
     o->cfg.dead_after_ms = (int64_t) dead_after * 1000;
     o->cfg.compact_bytes = (uint64_t) compact_mib << 20;
     o->cfg.limits.max_kv_bytes = (uint64_t) kv_mib << 20;
+    o->cfg.limits.max_kv_total_bytes = (uint64_t) kv_total_mib << 20;
     return 0;
 }
 

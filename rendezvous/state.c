@@ -120,6 +120,9 @@ rdzv_group_t *rdzv_state_add_group(rdzv_state_t *self, const char *name, int wor
 
 void rdzv_state_remove_group(rdzv_state_t *self, const char *name)
 {
+    const rdzv_group_t *g = rdzv_state_group(self, name);
+    if (g)
+        self->kv_bytes -= g->kv_bytes;
     rdzv_plans_release_group(self->plans, name);
     zhashx_delete(self->groups, name);
 }

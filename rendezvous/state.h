@@ -69,6 +69,7 @@ typedef struct {
     const rdzv_config_t *cfg;
     zhashx_t *groups;            /* name -> rdzv_group_t */
     rdzv_plans_t *plans;
+    uint64_t kv_bytes;           /* every group's kv_bytes, summed */
 } rdzv_state_t;
 
 /* An empty state under cfg (which must outlive it). 0, or -1 (a bad port

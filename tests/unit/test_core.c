@@ -680,6 +680,38 @@ static void s_put(int who, const char *key, const char *value)
 
 /* Overwriting a key frees its old value: the limit counts what the group
  * holds after the put, up to and including the limit itself. */
+/* Beside each group's limit, one for all groups together: counted across
+ * overwrites, new epochs and deletes, and rebuilt the same by replay. */
+START_TEST(test_kv_total_limit)
+{
+    rdzv_limits_t lim = { .max_kv_bytes = 12, .max_kv_total_bytes = 20 };
+    s_reopen_with(lim);
+    s_join(0, "g", 1, 0, "n", "s0");
+    s_join(0, "h", 1, 0, "n", "t0");
+    s_put(1, "k", "123456789");                      /* g 10, total 10 */
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[1], "ok")));
+    s_send(2, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"h\",\"epoch\":1,\"key\":\"k\","
+              "\"value\":\"12345678\"}");            /* h 9, total 19 */
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[2], "ok")));
+    s_send(3, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"h\",\"epoch\":1,\"key\":\"k\","
+              "\"value\":\"123456789\"}");           /* h 10, total 20: the limit */
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[3], "ok")));
+    s_put(4, "k", "1234567890");                     /* g 11, within its own: total 21 */
+    ck_assert_str_eq(s_error(4), RDZV_E_LIMIT);
+    ck_assert_ptr_nonnull(strstr(cJSON_GetObjectItem(cJSON_GetObjectItem(replies[4], "error"),
+                                                     "message")->valuestring, "all groups"));
+    s_put(5, "k", "12345678");                       /* an overwrite that shrinks: 19 */
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[5], "ok")));
+    s_reopen_with(lim);                              /* replay counts the same */
+    s_put(6, "j", "x");                              /* g 11, total 21 */
+    ck_assert_str_eq(s_error(6), RDZV_E_LIMIT);
+    s_send(7, "{\"v\":1,\"op\":\"group_delete\",\"group\":\"h\"}");   /* frees 10 */
+    s_put(8, "j", "x");                              /* g 11, total 11 */
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[8], "ok")));
+    s_clear_replies();
+}
+END_TEST
+
 START_TEST(test_kv_overwrite_limit)
 {
     s_reopen_with((rdzv_limits_t) { .max_kv_bytes = 10 });
@@ -879,6 +911,7 @@ int main(void)
     tcase_add_test(tc, test_limits);
     tcase_add_test(tc, test_join_refused_for_waits_makes_no_group);
     tcase_add_test(tc, test_kv_overwrite_limit);
+    tcase_add_test(tc, test_kv_total_limit);
     tcase_add_test(tc, test_rate_limited_reply_keeps_id);
     tcase_add_test(tc, test_plans_record);
     tcase_add_test(tc, test_plans_record_escapes_node_names);
