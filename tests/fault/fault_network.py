@@ -171,7 +171,7 @@ def http_get(port, path):
 
 
 def case_slow_readers(opts):
-    """Peers that ask for a 60 kB value hundreds of times and never read the
+    """Peers that ask for a 20 kB value hundreds of times and never read the
     replies: what rdzvd keeps for them is bounded (SNDHWM per peer, the rest
     dropped and counted), and everyone else is still served at once."""
     srv = Server(opts, extra=("--http", "0"))
@@ -179,14 +179,14 @@ def case_slow_readers(opts):
     try:
         rc, _, err = join(opts, srv.endpoint, "big", 1, 0)
         check(rc == 0, "join: %s" % err)
-        value = "v" * 60000
+        size = 20000
         put = cli(opts, "kv", "put", "--server", srv.endpoint, "--group", "big", "--epoch", "1",
-                  "k", value)
+                  "k", "v" * size)
         check(put[0] == 0, "kv put: %s" % put[2])
         port = int(wait_for(lambda: re.search(r"http port=(\d+)", srv.log()), "the http port")
                    .group(1))
         get = zmtp_frame(b'{"v":1,"op":"kv_get","group":"big","epoch":1,"key":"k"}')
-        peers, asks = 8, 900
+        peers, asks = 16, 900
 
         def dropped():
             m = re.search(r'rdzv_replies_dropped_total\{reason="slow_reader"\} (\d+)',
@@ -194,7 +194,6 @@ def case_slow_readers(opts):
             return int(m.group(1)) if m else 0
 
         def burst():
-            """peers x asks requests, none read; returns the RSS (KiB) after."""
             before = dropped()
             for _ in range(peers):
                 s = handshake(srv.endpoint)
@@ -204,19 +203,20 @@ def case_slow_readers(opts):
             wait_for(lambda: dropped() > before, "replies dropped for the slow readers",
                      timeout=20)
             time.sleep(1)
-            return srv.rss_kb()
         rss0 = srv.rss_kb()
-        rss1 = burst()
-        rss2 = burst()
-        # A burst's replies are made in batches before any is sent, so the
-        # first burst sets a peak (the allocator keeps it); what the peers
-        # leave unread must not add to it: the second burst reuses it.
-        unbounded = peers * asks * 60000 // 1024
-        TAP.ok(rss2 - rss1 < unbounded // 4,
-               "%d peers x %d unread 60 kB replies, twice: rdzvd grew %d MiB, then %d MiB "
-               "(kept unbounded, each burst would add %d MiB); %d replies dropped and counted"
-               % (peers, asks, (rss1 - rss0) // 1024, (rss2 - rss1) // 1024, unbounded // 1024,
-                  dropped()))
+        burst()
+        burst()
+        grown = srv.rss_kb() - rss0
+        # Replies are made a batch at a time before any is sent, so rdzvd
+        # peaks at about a batch of them (the allocator keeps the peak);
+        # what the peers leave unread must not add to that. Kept unbounded,
+        # every burst would add all of its replies.
+        per_burst = peers * asks * size // 1024
+        n = dropped()
+        TAP.ok(grown < per_burst and n >= peers * asks * 2 // 3,
+               "%d peers x %d unread 20 kB replies, twice: rdzvd grew %d MiB (kept unbounded, "
+               "each burst adds %d MiB); %d of %d replies dropped and counted"
+               % (peers, asks, grown // 1024, per_burst // 1024, n, 2 * peers * asks))
         t0 = time.monotonic()
         rc, st, err = status(opts, srv.endpoint, "big")
         dt = time.monotonic() - t0
