@@ -58,9 +58,9 @@ static int s_apply_epoch(rdzv_state_t *self, rdzv_group_t *g, const rdzv_record_
     g->epoch = epoch;
     g->complete = false;
     g->joined = 0;
-    for (int r = 0; r < g->world; r++)
-        if (g->members[r] && g->members[r]->epoch == epoch)
-            g->joined++;
+    const rdzv_member_t *m;
+    for (int r = 0; (m = rdzv_group_next(g, &r)); r++)
+        g->joined += m->epoch == epoch;
     rdzv_ncclroot_destroy(&g->root);
     g->root_lost = false;
     cJSON_Delete(g->nccl_ids);
@@ -102,7 +102,8 @@ static const char *s_plans_node(const rdzv_group_t *g, const cJSON *node_item, i
 {
     if (node_item)
         return cJSON_IsString(node_item) ? node_item->valuestring : NULL;
-    return g->members[rank] ? g->members[rank]->node : NULL;
+    const rdzv_member_t *m = rdzv_group_at(g, rank);
+    return m ? m->node : NULL;
 }
 
 /* "plans": the blocks one release laid out, as parallel arrays (one record

@@ -75,12 +75,9 @@ static bool s_add_group(const rdzv_state_t *st, const rdzv_group_t *g, cJSON *re
     if (ok && g->epoch > 1)
         ok = s_add(records, rdzv_record_epoch(g->name, g->epoch));
     ok = ok && s_add_plans(st, g, records);
-    for (int r = 0; ok && r < g->world; r++) {
-        const rdzv_member_t *m = g->members[r];
-        if (m)
-            ok = s_add(records, rdzv_record_join(g->name, r, m->host, m->node, m->session,
-                                                 m->epoch));
-    }
+    const rdzv_member_t *m;
+    for (int r = 0; ok && (m = rdzv_group_next(g, &r)); r++)
+        ok = s_add(records, rdzv_record_join(g->name, r, m->host, m->node, m->session, m->epoch));
     if (ok && g->complete)
         ok = s_add(records, rdzv_record_complete(g->name, g->epoch, g->nccl_ids
                                                  ? cJSON_Duplicate(g->nccl_ids, 1) : NULL));

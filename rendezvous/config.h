@@ -18,6 +18,9 @@ typedef struct {
     const char *state_dir;
     const char *group_token;     /* every request must carry it; NULL: none */
     uint64_t compact_bytes;      /* compact the journal past this size; 0: never */
+    /* A group whose first epoch never formed and that nobody waits in or
+     * has been heard from for this long is deleted; 0: never. */
+    int64_t forming_ttl_ms;
     rdzv_limits_t limits;
 } rdzv_config_t;
 

@@ -60,6 +60,8 @@ static void s_set_limits(rdzv_limits_t *l)
 {
     if (l->max_groups <= 0)
         l->max_groups = RDZV_DEFAULT_MAX_GROUPS;
+    if (l->max_ranks <= 0)
+        l->max_ranks = RDZV_DEFAULT_MAX_RANKS;
     if (l->max_kv_bytes == 0)
         l->max_kv_bytes = RDZV_DEFAULT_MAX_KV_BYTES;
     if (l->max_kv_total_bytes == 0)
@@ -185,9 +187,9 @@ void rdzv_core_error(rdzv_core_t *self, const rdzv_peer_t *peer, const char *cod
 static void s_tick_group(rdzv_batch_t *b, rdzv_group_t *g)
 {
     int64_t now_ms = b->now_ms;
-    for (int r = 0; g->waiting > 0 && r < g->world; r++) {
-        rdzv_member_t *m = g->members[r];
-        if (m && m->waiting && m->deadline_ms <= now_ms) {
+    rdzv_member_t *m;
+    for (int r = 0; g->waiting > 0 && (m = rdzv_group_next(g, &r)); r++) {
+        if (m->waiting && m->deadline_ms <= now_ms) {
             m->waiting = false;
             g->waiting--;
             rdzv_batch_error(b, &m->peer, RDZV_E_TIMEOUT,
@@ -216,6 +218,44 @@ static void s_tick_group(rdzv_batch_t *b, rdzv_group_t *g)
     }
 }
 
+/* Whether g is a group abandoned while forming its first epoch: nobody
+ * waits in it and nobody was heard from in it for --forming-ttl. A group
+ * loaded from the journal counts from the first tick after the load. */
+static bool s_abandoned(const rdzv_core_t *self, rdzv_group_t *g, int64_t now_ms)
+{
+    if (!self->cfg.forming_ttl_ms || g->complete || g->epoch > 1 || g->waiting
+        || zlistx_size(g->kv_waiters))
+        return false;
+    if (!g->heard_ms)
+        g->heard_ms = now_ms;
+    return now_ms - g->heard_ms > self->cfg.forming_ttl_ms;
+}
+
+/* Deletes the abandoned groups, recorded, so that a replay agrees: a world
+ * of 65536 announced by one rank must not be held for ever. */
+static void s_expire(rdzv_core_t *self)
+{
+    zlistx_t *names = NULL;
+    zhashx_t *groups = self->state.groups;
+    for (rdzv_group_t *g = zhashx_first(groups); g; g = zhashx_next(groups))
+        if (s_abandoned(self, g, self->batch.now_ms)) {
+            if (!names && !(names = zlistx_new()))
+                return;
+            zlistx_add_end(names, g->name);
+        }
+    /* The names belong to the groups: delete after the walk. */
+    for (char *name = names ? zlistx_first(names) : NULL; name; name = zlistx_next(names)) {
+        char *copy = strdup(name);
+        if (copy && rdzv_batch_record(&self->batch, rdzv_record_delete(copy)) == 0) {
+            self->metrics.groups_expired++;
+            rdzv_core_log("expire", "group=%s reason=\"its first epoch did not form within "
+                          "--forming-ttl, and nobody waits in it\"", copy);
+        }
+        free(copy);
+    }
+    zlistx_destroy(&names);
+}
+
 void rdzv_core_tick(rdzv_core_t *self)
 {
     assert(self->in_batch);
@@ -229,6 +269,7 @@ void rdzv_core_tick(rdzv_core_t *self)
     zhashx_t *groups = self->state.groups;
     for (rdzv_group_t *g = zhashx_first(groups); g; g = zhashx_next(groups))
         s_tick_group(b, g);
+    s_expire(self);
 }
 
 rdzv_core_queued_t rdzv_core_defer(rdzv_core_t *self)
@@ -344,11 +385,9 @@ void rdzv_core_stats(rdzv_core_t *self, int64_t now_ms, rdzv_core_stats_t *out)
     zhashx_t *groups = self->state.groups;
     out->groups = zhashx_size(groups);
     out->ranks_joined = out->ranks_live = 0;
+    const rdzv_member_t *m;
     for (rdzv_group_t *g = zhashx_first(groups); g; g = zhashx_next(groups))
-        for (int r = 0; r < g->world; r++) {
-            const rdzv_member_t *m = g->members[r];
-            if (!m)
-                continue;
+        for (int r = 0; (m = rdzv_group_next(g, &r)); r++) {
             out->ranks_joined += m->epoch == g->epoch;
             out->ranks_live += now_ms - m->last_seen_ms < self->cfg.dead_after_ms;
         }

@@ -18,17 +18,15 @@ static void s_add_ids(cJSON *obj, const rdzv_group_t *g)
 
 static int s_port_start(const rdzv_state_t *st, const rdzv_group_t *g, int rank)
 {
-    return rdzv_plans_find(st->plans, g->members[rank]->node, g->name, rank);
+    return rdzv_plans_find(st->plans, rdzv_group_at(g, rank)->node, g->name, rank);
 }
 
 static cJSON *s_members(const rdzv_state_t *st, const rdzv_group_t *g, bool with_ports,
                         int64_t now_ms)
 {
     cJSON *members = cJSON_CreateArray();
-    for (int r = 0; r < g->world; r++) {
-        const rdzv_member_t *m = g->members[r];
-        if (!m)
-            continue;
+    const rdzv_member_t *m;
+    for (int r = 0; (m = rdzv_group_next(g, &r)); r++) {
         cJSON *item = cJSON_CreateObject();
         cJSON_AddNumberToObject(item, "rank", r);
         cJSON_AddStringToObject(item, "host", m->host);
@@ -60,7 +58,7 @@ rdzv_shared_t *rdzv_group_shared(const rdzv_state_t *st, rdzv_group_t *g, bool w
     cJSON_AddStringToObject(a, "group", g->name);
     cJSON_AddNumberToObject(a, "epoch", (double) g->epoch);
     cJSON_AddNumberToObject(a, "world", g->world);
-    cJSON_AddStringToObject(a, "master_addr", g->members[0]->host);
+    cJSON_AddStringToObject(a, "master_addr", rdzv_group_at(g, 0)->host);
     cJSON_AddNumberToObject(a, "master_port", s_port_start(st, g, 0));
     int range[2] = { st->cfg->port_base, st->cfg->port_limit };
     cJSON_AddItemToObject(a, "port_range", cJSON_CreateIntArray(range, 2));
@@ -108,8 +106,9 @@ static cJSON *s_status(const rdzv_state_t *st, rdzv_group_t *g, int64_t now_ms)
     cJSON_AddNumberToObject(item, "epoch", (double) g->epoch);
     cJSON_AddBoolToObject(item, "complete", g->complete);
     cJSON *joined = cJSON_AddArrayToObject(item, "joined");
-    for (int r = 0; r < g->world; r++)
-        if (g->members[r] && g->members[r]->epoch == g->epoch)
+    const rdzv_member_t *m;
+    for (int r = 0; (m = rdzv_group_next(g, &r)); r++)
+        if (m->epoch == g->epoch)
             cJSON_AddItemToArray(joined, cJSON_CreateNumber(r));
     cJSON_AddStringToObject(item, "nccl_mode", rdzv_nccl_mode_name(g->nccl_mode));
     if (g->nccl_mode == RDZV_NCCL_SERVER && g->complete)

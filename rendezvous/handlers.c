@@ -81,6 +81,13 @@ static bool s_group_ok(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_g
                         self->cfg->limits.max_groups);
         return false;
     }
+    if (!g && self->state->ranks + req->world > self->cfg->limits.max_ranks) {
+        rdzv_batch_error(self, peer, RDZV_E_LIMIT, "rdzvd holds groups of %lld ranks in all; "
+                         "a world of %d would pass its limit of %lld (--max-ranks)",
+                         (long long) self->state->ranks, req->world,
+                         (long long) self->cfg->limits.max_ranks);
+        return false;
+    }
     return true;
 }
 
@@ -104,12 +111,12 @@ static void s_handle_join(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdz
     rdzv_group_t *g = rdzv_state_group(self->state, req->group);
     if (!s_group_ok(self, peer, g, req))
         return;
-    rdzv_member_t *m = g ? g->members[req->rank] : NULL;
+    rdzv_member_t *m = g ? rdzv_group_at(g, req->rank) : NULL;
     bool same_session = m && strcmp(m->session, req->session) == 0;
     bool in_epoch = m && m->epoch == g->epoch;
     /* A lost root's IDs are worthless: the resume below moves the group on. */
     if (same_session && g->complete && in_epoch && !g->root_lost) {
-        m->last_seen_ms = self->now_ms;
+        m->last_seen_ms = g->heard_ms = self->now_ms;
         rdzv_batch_reply(self, peer, rdzv_assignment_text(self->state, g, req->rank, req->id,
                                                           req->members));
         return;
@@ -138,10 +145,10 @@ static void s_handle_join(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdz
         cJSON_Delete(g->rank0_ids);
         g->rank0_ids = cJSON_Duplicate(req->rank0_ids, 1);
     }
-    m = g->members[req->rank];
+    m = rdzv_group_at(g, req->rank);
     if (!m->waiting && !g->complete)
         m->joined_at_ms = self->now_ms;
-    m->last_seen_ms = self->now_ms;
+    m->last_seen_ms = g->heard_ms = self->now_ms;
     s_set_waiter(self, g, m, peer, req);
     if (g->joined == g->world && !g->complete)
         rdzv_group_release(self, g);
@@ -177,13 +184,13 @@ static void s_handle_heartbeat(rdzv_batch_t *self, const rdzv_peer_t *peer,
     rdzv_group_t *g = s_existing(self, peer, req->group);
     if (!g)
         return;
-    rdzv_member_t *m = req->rank < g->world ? g->members[req->rank] : NULL;
+    rdzv_member_t *m = req->rank < g->world ? rdzv_group_at(g, req->rank) : NULL;
     if (!m || strcmp(m->session, req->session) != 0) {
         rdzv_batch_error(self, peer, RDZV_E_NOT_FOUND, "group %s rank %d has no session %s",
                         g->name, req->rank, req->session);
         return;
     }
-    m->last_seen_ms = self->now_ms;
+    m->last_seen_ms = g->heard_ms = self->now_ms;
     if (!s_epoch_ok(self, peer, g, req->epoch))
         return;
     rdzv_batch_reply(self, peer, rdzv_reply_epoch(req->id, g->epoch));
@@ -264,12 +271,12 @@ static void s_handle_delete(rdzv_batch_t *self, const rdzv_peer_t *peer, const r
     rdzv_group_t *g = s_existing(self, peer, req->group);
     if (!g)
         return;
-    for (int r = 0; g->waiting > 0 && r < g->world; r++)
-        if (g->members[r] && g->members[r]->waiting) {
-            g->members[r]->waiting = false;
+    rdzv_member_t *m;
+    for (int r = 0; g->waiting > 0 && (m = rdzv_group_next(g, &r)); r++)
+        if (m->waiting) {
+            m->waiting = false;
             g->waiting--;
-            rdzv_batch_error(self, &g->members[r]->peer, RDZV_E_NOT_FOUND,
-                            "group %s was deleted", g->name);
+            rdzv_batch_error(self, &m->peer, RDZV_E_NOT_FOUND, "group %s was deleted", g->name);
         }
     for (rdzv_kv_waiter_t *w = zlistx_first(g->kv_waiters); w; w = zlistx_next(g->kv_waiters))
         rdzv_batch_error(self, &w->peer, RDZV_E_NOT_FOUND, "group %s was deleted", g->name);

@@ -181,6 +181,9 @@ static void s_render_metrics(const rdzv_core_stats_t *st, FILE *f)
              m->assignments);
     s_metric(f, "rdzv_epoch_changes_total", "counter", "Groups moved to a new epoch.",
              m->epoch_changes);
+    s_metric(f, "rdzv_groups_expired_total", "counter",
+             "Groups whose first epoch never formed, deleted after --forming-ttl.",
+             m->groups_expired);
     s_metric(f, "rdzv_journal_compactions_total", "counter",
              "Journal rewrites as the records of the current state.", m->compactions);
     fprintf(f, "# HELP rdzv_replies_dropped_total Replies not sent: the peer's queue was full "

@@ -9,6 +9,7 @@
 
 typedef struct {
     int max_groups;              /* groups recorded at once */
+    int64_t max_ranks;           /* the worlds of every group held, summed */
     uint64_t max_kv_bytes;       /* keys + values of one group's epoch */
     uint64_t max_kv_total_bytes; /* keys + values of every group together */
     int max_waits;               /* joins and kv waits pending at once */
@@ -16,6 +17,7 @@ typedef struct {
 } rdzv_limits_t;
 
 #define RDZV_DEFAULT_MAX_GROUPS   100000
+#define RDZV_DEFAULT_MAX_RANKS    (1 << 24)
 #define RDZV_DEFAULT_MAX_KV_BYTES (64ull << 20)
 #define RDZV_DEFAULT_MAX_KV_TOTAL_BYTES (1024ull << 20)
 #define RDZV_DEFAULT_MAX_WAITS    1000000

@@ -70,6 +70,10 @@ static void s_usage(FILE *out)
         "  --compact-mib N          rewrite the journal as a snapshot past N MiB (default 64),\n"
         "                           then whenever it has doubled since; 0: never\n"
         "  --max-groups N           groups held at once (default 100000)\n"
+        "  --max-ranks N            the worlds of all groups held, summed (default 16777216)\n"
+        "  --forming-ttl S          delete a group whose first epoch has not formed, with\n"
+        "                           nobody waiting or heard from in it for S seconds\n"
+        "                           (default 3600; 0: never)\n"
         "  --max-kv-mib N           KV bytes per group and epoch (default 64)\n"
         "  --max-kv-total-mib N     KV bytes of all groups together (default 1024)\n"
         "  --max-waits N            joins and kv waits pending at once (default 1000000)\n"
@@ -133,13 +137,16 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         { "insecure-bind-any", no_argument, 0, 'I' },
         { "peer-timeout", required_argument, 0, 'O' }, { "compact-mib", required_argument, 0, 'M' },
         { "log-format", required_argument, 0, 'f' }, { "io-threads", required_argument, 0, 'i' },
-        { "max-groups", required_argument, 0, 'G' }, { "max-kv-mib", required_argument, 0, 'K' },
+        { "max-groups", required_argument, 0, 'G' },
+        { "max-ranks", required_argument, 0, 'X' }, { "forming-ttl", required_argument, 0, 'Y' },
+        { "max-kv-mib", required_argument, 0, 'K' },
         { "max-kv-total-mib", required_argument, 0, 'J' },
         { "max-waits", required_argument, 0, 'W' }, { "max-rps", required_argument, 0, 'P' },
         { "shards", required_argument, 0, 'S' }, { "listeners", required_argument, 0, 'Q' },
         { 0, 0, 0, 0 },
     };
     int c, dead_after = 15, compact_mib = 64, kv_mib = 64, kv_total_mib = 1024;
+    int max_ranks = RDZV_DEFAULT_MAX_RANKS, forming_ttl = 3600;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         int rc = 0;
         switch (c) {
@@ -179,6 +186,8 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         case 'M': rc = s_int_arg("--compact-mib", optarg, 0, 1 << 20, &compact_mib); break;
         case 'G': rc = s_int_arg("--max-groups", optarg, 1, 1 << 24, &o->cfg.limits.max_groups); break;
         case 'K': rc = s_int_arg("--max-kv-mib", optarg, 1, 1 << 16, &kv_mib); break;
+        case 'X': rc = s_int_arg("--max-ranks", optarg, 1, INT_MAX, &max_ranks); break;
+        case 'Y': rc = s_int_arg("--forming-ttl", optarg, 0, 30 * 86400, &forming_ttl); break;
         case 'J': rc = s_int_arg("--max-kv-total-mib", optarg, 1, 1 << 20, &kv_total_mib); break;
         case 'W': rc = s_int_arg("--max-waits", optarg, 1, 1 << 28, &o->cfg.limits.max_waits); break;
         case 'P': rc = s_int_arg("--max-rps", optarg, -1, 1 << 24, &o->cfg.limits.max_rps); break;
@@ -197,6 +206,8 @@ static int s_parse(int argc, char **argv, s_options_t *o)
     o->cfg.compact_bytes = (uint64_t) compact_mib << 20;
     o->cfg.limits.max_kv_bytes = (uint64_t) kv_mib << 20;
     o->cfg.limits.max_kv_total_bytes = (uint64_t) kv_total_mib << 20;
+    o->cfg.limits.max_ranks = max_ranks;
+    o->cfg.forming_ttl_ms = (int64_t) forming_ttl * 1000;
     return 0;
 }
 

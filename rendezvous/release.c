@@ -13,9 +13,9 @@
 static void s_refuse_waiters(rdzv_batch_t *self, rdzv_group_t *g, const char *code,
                              const char *message)
 {
-    for (int r = 0; g->waiting > 0 && r < g->world; r++) {
-        rdzv_member_t *m = g->members[r];
-        if (m && m->waiting) {
+    rdzv_member_t *m;
+    for (int r = 0; g->waiting > 0 && (m = rdzv_group_next(g, &r)); r++) {
+        if (m->waiting) {
             m->waiting = false;
             g->waiting--;
             rdzv_batch_error(self, &m->peer, code, "group %s: %s", g->name, message);
@@ -31,7 +31,8 @@ typedef struct {
 static void s_layout_undo(rdzv_batch_t *self, const rdzv_group_t *g, const s_layout_t *l)
 {
     for (int i = 0; i < l->n; i++)
-        rdzv_plans_forget(self->state->plans, g->members[l->ranks[i]]->node, g->name, l->ranks[i]);
+        rdzv_plans_forget(self->state->plans, rdzv_group_at(g, l->ranks[i])->node, g->name,
+                          l->ranks[i]);
 }
 
 /* The new blocks as one "plans" record (apply.c applies it at replay). They
@@ -54,19 +55,20 @@ static int s_layout_record(rdzv_batch_t *self, const rdzv_group_t *g, const s_la
  * fields and the identity's first bytes are in the second). */
 static void s_prefetch_member(const rdzv_group_t *g, int r)
 {
-    if (r + S_AHEAD < g->world && g->members[r + S_AHEAD]) {
-        __builtin_prefetch(g->members[r + S_AHEAD], 1);
-        __builtin_prefetch((const char *) g->members[r + S_AHEAD] + 64, 1);
+    const rdzv_member_t *ahead = r + S_AHEAD < g->world ? rdzv_group_slot(g, r + S_AHEAD) : NULL;
+    if (ahead) {
+        __builtin_prefetch(ahead, 1);
+        __builtin_prefetch((const char *) ahead + 64, 1);
     }
 }
 
 static void s_prefetch_ahead(const rdzv_group_t *g, int r)
 {
     s_prefetch_member(g, r);
-    if (r + S_AHEAD / 2 < g->world && g->members[r + S_AHEAD / 2])
-        rdzv_plans_prefetch(g->members[r + S_AHEAD / 2]->plan_node, false);
-    if (r + S_AHEAD / 4 < g->world && g->members[r + S_AHEAD / 4])
-        rdzv_plans_prefetch(g->members[r + S_AHEAD / 4]->plan_node, true);
+    if (r + S_AHEAD / 2 < g->world && rdzv_group_at(g, r + S_AHEAD / 2))
+        rdzv_plans_prefetch(rdzv_group_at(g, r + S_AHEAD / 2)->plan_node, false);
+    if (r + S_AHEAD / 4 < g->world && rdzv_group_at(g, r + S_AHEAD / 4))
+        rdzv_plans_prefetch(rdzv_group_at(g, r + S_AHEAD / 4)->plan_node, true);
 }
 
 /* Plans are laid out by rank, never by arrival, so they do not depend on
@@ -79,7 +81,7 @@ static int s_lay_out_plans(rdzv_batch_t *self, rdzv_group_t *g, int *starts)
     const char *code = l.ranks && l.starts ? NULL : RDZV_E_INTERNAL;
     for (int r = 0; !code && r < g->world; r++) {
         s_prefetch_ahead(g, r);
-        const rdzv_member_t *m = g->members[r];
+        const rdzv_member_t *m = rdzv_group_at(g, r);
         bool placed = false;
         starts[r] = rdzv_plans_place(self->state->plans, m->plan_node, g->name, r, &placed);
         if (starts[r] == -1) {
@@ -170,10 +172,10 @@ void rdzv_group_release(rdzv_batch_t *self, rdzv_group_t *g)
     }
     int64_t t_recorded = rdzv_trace_ns();
     rdzv_core_log("assign", "group=%s epoch=%lld world=%d master=%s",
-                  g->name, (long long) g->epoch, g->world, g->members[0]->host);
+                  g->name, (long long) g->epoch, g->world, rdzv_group_at(g, 0)->host);
     for (int r = 0; r < g->world; r++) {
         s_prefetch_member(g, r);
-        rdzv_member_t *m = g->members[r];
+        rdzv_member_t *m = rdzv_group_at(g, r);
         if (!m->waiting)
             continue;
         m->waiting = false;

@@ -37,12 +37,13 @@ static void s_group_free(void **item)
     rdzv_group_t *g = *item;
     if (!g)
         return;
-    for (int r = 0; g->members && r < g->world; r++)
-        s_member_clear(g->members[r]);
-    for (int c = 0; g->member_chunks && c * RDZV_MEMBER_CHUNK < g->world; c++)
-        free(g->member_chunks[c]);
+    for (int c = 0; g->member_chunks && c * RDZV_MEMBER_CHUNK < g->world; c++) {
+        rdzv_member_t *chunk = g->member_chunks[c];
+        for (int i = 0; chunk && i < RDZV_MEMBER_CHUNK && c * RDZV_MEMBER_CHUNK + i < g->world; i++)
+            s_member_clear(&chunk[i]);
+        free(chunk);
+    }
     free(g->member_chunks);
-    free(g->members);
     rdzv_ncclroot_destroy(&g->root);
     zhashx_destroy(&g->kv);
     zlistx_destroy(&g->kv_waiters);
@@ -65,14 +66,13 @@ static rdzv_group_t *s_group_new(const char *name, int world, rdzv_nccl_mode_t m
     g->epoch = 1;
     g->nccl_mode = mode;
     g->nccl_count = count;
-    g->members = calloc((size_t) world, sizeof *g->members);
     g->member_chunks = calloc((size_t) (world + RDZV_MEMBER_CHUNK - 1) / RDZV_MEMBER_CHUNK,
                               sizeof *g->member_chunks);
     g->kv = zhashx_new();
     zhashx_set_destructor(g->kv, s_free_string);
     g->kv_waiters = zlistx_new();
     zlistx_set_destructor(g->kv_waiters, s_kv_waiter_free);
-    if (!g->name || !g->members || !g->member_chunks || !g->kv || !g->kv_waiters) {
+    if (!g->name || !g->member_chunks || !g->kv || !g->kv_waiters) {
         void *item = g;
         s_group_free(&item);
         return NULL;
@@ -115,14 +115,18 @@ rdzv_group_t *rdzv_state_add_group(rdzv_state_t *self, const char *name, int wor
         s_group_free(&item);
         g = NULL;
     }
+    if (g)
+        self->ranks += world;
     return g;
 }
 
 void rdzv_state_remove_group(rdzv_state_t *self, const char *name)
 {
     const rdzv_group_t *g = rdzv_state_group(self, name);
-    if (g)
+    if (g) {
         self->kv_bytes -= g->kv_bytes;
+        self->ranks -= g->world;
+    }
     rdzv_plans_release_group(self->plans, name);
     zhashx_delete(self->groups, name);
 }
@@ -137,8 +141,6 @@ int rdzv_state_pending(const rdzv_state_t *self)
 
 rdzv_member_t *rdzv_group_member(rdzv_group_t *g, int rank)
 {
-    if (g->members[rank])
-        return g->members[rank];
     int c = rank / RDZV_MEMBER_CHUNK;
     if (!g->member_chunks[c]) {
         int n = g->world - c * RDZV_MEMBER_CHUNK;
@@ -147,5 +149,21 @@ rdzv_member_t *rdzv_group_member(rdzv_group_t *g, int rank)
         if (!g->member_chunks[c])
             return NULL;
     }
-    return g->members[rank] = &g->member_chunks[c][rank % RDZV_MEMBER_CHUNK];
+    return &g->member_chunks[c][rank % RDZV_MEMBER_CHUNK];
+}
+
+rdzv_member_t *rdzv_group_next(const rdzv_group_t *g, int *r)
+{
+    while (*r < g->world) {
+        rdzv_member_t *chunk = g->member_chunks[*r / RDZV_MEMBER_CHUNK];
+        if (!chunk) {
+            *r = (*r / RDZV_MEMBER_CHUNK + 1) * RDZV_MEMBER_CHUNK;
+            continue;
+        }
+        rdzv_member_t *m = &chunk[*r % RDZV_MEMBER_CHUNK];
+        if (m->session)
+            return m;
+        (*r)++;
+    }
+    return NULL;
 }

@@ -52,17 +52,20 @@ typedef struct {
     /* The epoch's server-made root died with an earlier rdzvd before every
      * rank reached it: the next rank to ask for the IDs moves the group on. */
     bool root_lost;
-    rdzv_member_t **members;     /* world entries, NULL until joined */
-    /* The members themselves, RDZV_MEMBER_CHUNK ranks to a block made when
-     * the first of them joins: a release walks every member in rank order,
-     * and neighbours in memory make that a stream, not a scatter. */
-    rdzv_member_t **member_chunks;   /* RDZV_MEMBER_CHUNK members each */
+    /* The members, RDZV_MEMBER_CHUNK ranks to a block made when the first
+     * of them joins: a group costs a pointer per RDZV_MEMBER_CHUNK ranks of
+     * its world until ranks join (a world of 65536 announced by one rank is
+     * 8 KiB, not a slot per rank), and a release walks every member in rank
+     * order as a stream, not a scatter. A member exists once it has a
+     * session (rdzv_group_at). */
+    rdzv_member_t **member_chunks;
     /* The part of every rank's assignment that is the same for all ranks of
      * the epoch, formatted once: with and without the members list. */
     rdzv_shared_t *shared[2];
     zhashx_t *kv;                /* key -> value, current epoch only */
     zlistx_t *kv_waiters;        /* rdzv_kv_waiter_t */
     uint64_t kv_bytes;           /* keys + values of the current epoch */
+    int64_t heard_ms;            /* last join or heartbeat (memory only; 0 after a load) */
 } rdzv_group_t;
 
 typedef struct {
@@ -70,6 +73,7 @@ typedef struct {
     zhashx_t *groups;            /* name -> rdzv_group_t */
     rdzv_plans_t *plans;
     uint64_t kv_bytes;           /* every group's kv_bytes, summed */
+    int64_t ranks;               /* every group's world, summed */
 } rdzv_state_t;
 
 /* An empty state under cfg (which must outlive it). 0, or -1 (a bad port
@@ -91,8 +95,28 @@ rdzv_group_t *rdzv_state_add_group(rdzv_state_t *self, const char *name, int wor
 /* Forgets the group and its port blocks. */
 void rdzv_state_remove_group(rdzv_state_t *self, const char *name);
 
-/* rank's member of g, made (zeroed, in its chunk) if it has none; NULL
- * out of memory. */
+/* rank's slot in g, made (zeroed, in its chunk) if it has none; NULL out
+ * of memory. It is a member once its session is set. */
 rdzv_member_t *rdzv_group_member(rdzv_group_t *g, int rank);
+
+/* Where rank's member of g is, or NULL if its chunk was never made; reads
+ * no member, so it can name one to prefetch. */
+static inline rdzv_member_t *rdzv_group_slot(const rdzv_group_t *g, int rank)
+{
+    rdzv_member_t *chunk = g->member_chunks[rank / RDZV_MEMBER_CHUNK];
+    return chunk ? &chunk[rank % RDZV_MEMBER_CHUNK] : NULL;
+}
+
+/* rank's member of g, NULL if that rank never joined. */
+static inline rdzv_member_t *rdzv_group_at(const rdzv_group_t *g, int rank)
+{
+    rdzv_member_t *m = rdzv_group_slot(g, rank);
+    return m && m->session ? m : NULL;
+}
+
+/* The first member of g at rank *r or above, *r set to its rank; NULL when
+ * there is none. Empty chunks are skipped whole:
+ *     for (int r = 0; (m = rdzv_group_next(g, &r)); r++) ... */
+rdzv_member_t *rdzv_group_next(const rdzv_group_t *g, int *r);
 
 #endif

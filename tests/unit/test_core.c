@@ -3,6 +3,7 @@
  * docs/protocol.md. */
 #include "check_run.h"
 #include <check.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,15 +37,21 @@ static void s_open(void)
     ck_assert_msg(core != NULL, "%s", err);
 }
 
-/* Replaces core by one with these limits, over the same state directory. */
-static void s_reopen_with(rdzv_limits_t limits)
+/* Replaces core by one with cfg, over the same state directory. */
+static void s_reopen_cfg(rdzv_config_t cfg)
 {
     rdzv_core_destroy(&core);
     char err[256];
-    rdzv_config_t cfg = s_config();
-    cfg.limits = limits;
     core = rdzv_core_new(&cfg, err, sizeof err);
     ck_assert_msg(core != NULL, "%s", err);
+}
+
+/* The same with these limits. */
+static void s_reopen_with(rdzv_limits_t limits)
+{
+    rdzv_config_t cfg = s_config();
+    cfg.limits = limits;
+    s_reopen_cfg(cfg);
 }
 
 static void setup(void)
@@ -712,6 +719,98 @@ START_TEST(test_kv_total_limit)
 }
 END_TEST
 
+/* The worlds of every group held are a budget: a join that would make a
+ * group past it is refused, and a delete gives its world back. */
+START_TEST(test_max_ranks)
+{
+    s_reopen_with((rdzv_limits_t) { .max_ranks = 100 });
+    s_join(1, "a", 60, 0, "n", "s");
+    ck_assert_ptr_null(replies[1]);                  /* waits: world 60 held */
+    s_join(2, "b", 50, 0, "n", "s");
+    ck_assert_str_eq(s_error(2), RDZV_E_LIMIT);
+    ck_assert_ptr_nonnull(strstr(cJSON_GetObjectItem(cJSON_GetObjectItem(replies[2], "error"),
+                                                     "message")->valuestring, "--max-ranks"));
+    s_join(3, "c", 40, 0, "n", "s");                 /* 100: at the budget */
+    ck_assert_ptr_null(replies[3]);
+    s_send(4, "{\"v\":1,\"op\":\"group_delete\",\"group\":\"a\"}");
+    s_clear_replies();
+    s_join(2, "b", 50, 0, "n", "s");
+    ck_assert_ptr_null(replies[2]);                  /* 90 now */
+    s_clear_replies();
+}
+END_TEST
+
+/* A group whose first epoch never forms, with nobody waiting or heard from
+ * in it for --forming-ttl, is deleted, and the delete is recorded; groups
+ * that formed, or where a rank waits, are kept. */
+START_TEST(test_forming_ttl)
+{
+    rdzv_config_t cfg = s_config();
+    cfg.forming_ttl_ms = 1000;
+    s_reopen_cfg(cfg);
+    s_send(1, "{\"v\":1,\"op\":\"join\",\"group\":\"gone\",\"world\":4,\"rank\":0,"
+              "\"host\":\"h\",\"node\":\"n\",\"session\":\"s\",\"timeout_ms\":100}");
+    s_join(2, "waits", 2, 0, "n", "s");              /* a waiter for 5 s */
+    s_join(3, "formed", 1, 0, "n", "s");
+    now += 200;
+    drive_tick(core, now);                           /* gone's join timed out */
+    now += 700;
+    drive_tick(core, now);                           /* 900 ms since heard: kept */
+    s_send(5, "{\"v\":1,\"op\":\"status\",\"group\":\"gone\"}");
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[5], "ok")));
+    now += 400;
+    drive_tick(core, now);                           /* 1300 ms: expired */
+    s_collect();
+    s_send(5, "{\"v\":1,\"op\":\"status\",\"group\":\"gone\"}");
+    ck_assert_str_eq(s_error(5), RDZV_E_NOT_FOUND);
+    s_send(6, "{\"v\":1,\"op\":\"status\",\"group\":\"waits\"}");
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[6], "ok")));
+    s_send(7, "{\"v\":1,\"op\":\"status\",\"group\":\"formed\"}");
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[7], "ok")));
+    /* Recorded: the restarted core agrees, and counts the loaded forming
+     * group from its first tick, not from a time it never saw. */
+    s_reopen_cfg(cfg);
+    s_send(5, "{\"v\":1,\"op\":\"status\",\"group\":\"gone\"}");
+    ck_assert_str_eq(s_error(5), RDZV_E_NOT_FOUND);
+    now += 5000;                                     /* waits' waiter timed out long ago */
+    drive_tick(core, now);
+    s_send(6, "{\"v\":1,\"op\":\"status\",\"group\":\"waits\"}");
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[6], "ok")));
+    now += 1500;
+    drive_tick(core, now);
+    s_collect();
+    s_send(6, "{\"v\":1,\"op\":\"status\",\"group\":\"waits\"}");
+    ck_assert_str_eq(s_error(6), RDZV_E_NOT_FOUND);
+    s_send(7, "{\"v\":1,\"op\":\"status\",\"group\":\"formed\"}");
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[7], "ok")));
+    s_clear_replies();
+}
+END_TEST
+
+/* A group costs memory for the ranks that joined it, not for its world:
+ * 2000 groups of world 65536 with one rank each. */
+START_TEST(test_memory_follows_joined_ranks)
+{
+    rdzv_config_t cfg = s_config();
+    cfg.max_world = 65536;
+    cfg.limits.max_ranks = (int64_t) 1 << 40;
+    s_reopen_cfg(cfg);
+    struct mallinfo2 before = mallinfo2();
+    for (int i = 0; i < 2000; i++) {
+        char group[32];
+        snprintf(group, sizeof group, "big%d", i);
+        s_send(1, "{\"v\":1,\"op\":\"join\",\"group\":\"%s\",\"world\":65536,"
+                  "\"rank\":%d,\"host\":\"h\",\"node\":\"n\",\"session\":\"s\","
+                  "\"timeout_ms\":1}", group, i * 31 % 65536);
+    }
+    size_t used = mallinfo2().uordblks - before.uordblks;
+    /* A slot per rank of the world was 512 KiB a group (1 GiB here). */
+    ck_assert_msg(used < 2000 * 32 * 1024, "2000 one-rank groups of world 65536 hold %zu KiB",
+                  used / 1024);
+    s_clear_replies();
+}
+END_TEST
+
 START_TEST(test_kv_overwrite_limit)
 {
     s_reopen_with((rdzv_limits_t) { .max_kv_bytes = 10 });
@@ -912,6 +1011,9 @@ int main(void)
     tcase_add_test(tc, test_join_refused_for_waits_makes_no_group);
     tcase_add_test(tc, test_kv_overwrite_limit);
     tcase_add_test(tc, test_kv_total_limit);
+    tcase_add_test(tc, test_max_ranks);
+    tcase_add_test(tc, test_forming_ttl);
+    tcase_add_test(tc, test_memory_follows_joined_ranks);
     tcase_add_test(tc, test_rate_limited_reply_keeps_id);
     tcase_add_test(tc, test_plans_record);
     tcase_add_test(tc, test_plans_record_escapes_node_names);
