@@ -31,6 +31,7 @@ typedef struct {
     rdzv_agent_control_t *control;
     rdzv_agent_serve_t *serve;
     int *reservations;         /* one per plan port */
+    int *locks;                /* the network namespace's lock on each (agent_reserve.h) */
     int *plan;
     size_t nplan;
     int range_base;
@@ -122,15 +123,17 @@ static int s_reserve_plan(s_agent_t *self, const rdzv_assignment_t *a)
     self->nplan = rdzv_assignment_port_count(a);
     self->plan = calloc(self->nplan + 1, sizeof(int));
     self->reservations = calloc(self->nplan + 1, sizeof(int));
-    if (!self->plan || !self->reservations)
+    self->locks = calloc(self->nplan + 1, sizeof(int));
+    if (!self->plan || !self->reservations || !self->locks)
         return s_fatal(self, 1, "out of memory"), -1;
     for (size_t i = 0; i < self->nplan; i++) {
-        self->reservations[i] = -1;
+        self->reservations[i] = self->locks[i] = -1;
         self->plan[i] = rdzv_assignment_port(a, i);
     }
     for (size_t i = 0; i < self->nplan; i++) {
         char err[256];
-        self->reservations[i] = rdzv_reserve_port(self->plan[i], err, sizeof err);
+        self->reservations[i] = rdzv_reserve_port(self->plan[i], &self->locks[i], err,
+                                                  sizeof err);
         if (self->reservations[i] < 0)
             return s_fatal(self, 1, err), -1;
     }
@@ -319,10 +322,14 @@ static void s_cleanup(s_agent_t *self)
     rdzv_agent_serve_destroy(&self->serve);
     if (self->env_path)
         unlink(self->env_path);
-    for (size_t i = 0; self->reservations && i < self->nplan; i++)
+    for (size_t i = 0; self->reservations && i < self->nplan; i++) {
         if (self->reservations[i] >= 0)
             close(self->reservations[i]);
+        if (self->locks[i] >= 0)
+            close(self->locks[i]);
+    }
     free(self->reservations);
+    free(self->locks);
     free(self->plan);
     free(self->env_path);
     rdzv_agent_control_destroy(&self->control);

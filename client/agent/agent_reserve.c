@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 static int s_reuseport_socket(int family)
@@ -51,14 +52,49 @@ static int s_bind_v4(int port)
     return fd;
 }
 
-int rdzv_reserve_port(int port, char *err, size_t errlen)
+/* Abstract unix socket names live in the network namespace, the scope of a
+ * port: binding one per port is a lock no two agents there can both hold,
+ * freed by the kernel when the agent dies. It listens, so that the next
+ * agent can ask it for its pid (SO_PEERCRED). */
+static int s_lock(int port, char *err, size_t errlen)
 {
+    struct sockaddr_un sun = { .sun_family = AF_UNIX };
+    int n = snprintf(sun.sun_path + 1, sizeof sun.sun_path - 1, "rdzv-agent-port-%d", port);
+    socklen_t len = (socklen_t) (offsetof(struct sockaddr_un, sun_path) + 1 + (size_t) n);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && bind(fd, (struct sockaddr *) &sun, len) == 0 && listen(fd, 1) == 0)
+        return fd;
+    int e = errno;
+    if (fd >= 0)
+        close(fd);
+    struct ucred who = { 0 };
+    socklen_t wlen = sizeof who;
+    int c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (e == EADDRINUSE && c >= 0 && connect(c, (struct sockaddr *) &sun, len) == 0
+        && getsockopt(c, SOL_SOCKET, SO_PEERCRED, &who, &wlen) == 0 && who.pid > 0)
+        snprintf(err, errlen, "port %d is reserved by another rdzv agent in this network "
+                 "namespace (pid %d, uid %d)", port, (int) who.pid, (int) who.uid);
+    else
+        snprintf(err, errlen, "port %d: cannot take this network namespace's lock on it: %s",
+                 port, strerror(e));
+    if (c >= 0)
+        close(c);
+    return -1;
+}
+
+int rdzv_reserve_port(int port, int *lock, char *err, size_t errlen)
+{
+    *lock = s_lock(port, err, errlen);
+    if (*lock < 0)
+        return -1;
     int fd = s_bind_v6(port, 0);
     /* No IPv6 in this network namespace: 0.0.0.0 covers every address there is. */
     if (fd == -EAFNOSUPPORT || fd == -EADDRNOTAVAIL || fd == -EPROTONOSUPPORT)
         fd = s_bind_v4(port);
     if (fd < 0) {
         snprintf(err, errlen, "cannot reserve port %d: %s", port, strerror(-fd));
+        close(*lock);
+        *lock = -1;
         return -1;
     }
     return fd;

@@ -10,9 +10,14 @@
 #include <sys/socket.h>
 
 /* Binds port on [::] with IPV6_V6ONLY off (both families), or on 0.0.0.0
- * where IPv6 is unavailable; bound, not listening. Returns the descriptor
- * or -1 with the reason in err. */
-int rdzv_reserve_port(int port, char *err, size_t errlen);
+ * where IPv6 is unavailable; bound, not listening. SO_REUSEPORT would let a
+ * second agent of the same uid in beside a live reservation (two groups on
+ * one host network whose plans overlap), so *lock first gets this network
+ * namespace's lock on the port: an abstract unix socket, which only one
+ * process can hold and the kernel frees when it dies. Returns the
+ * descriptor, or -1 with the reason (naming the agent that holds the port)
+ * in err. Keep *lock open as long as the reservation. */
+int rdzv_reserve_port(int port, int *lock, char *err, size_t errlen);
 
 /* A TCP socket of addr's family bound to addr, with IPV6_V6ONLY as given
  * (AF_INET6 only), next to the reservation. Returns the descriptor, or a

@@ -340,3 +340,36 @@ def case_env_file_mode(opts, index):
             check(read_as(env, 65533) != 0, "uid 65533, not allowed, read PATH.env")
         finally:
             pod.close()
+
+
+def case_two_agents_one_netns(opts, index):
+    """Two agents of one uid in one network namespace (hostNetwork Pods of
+    two groups whose nodes have overlapping plans): SO_REUSEPORT would let
+    both reserve the same ports, and the engines would split connections.
+    The second exits 1 naming the first; once the first is gone it starts."""
+    pod = Pod(opts, index)
+    other_sock = os.path.join(pod.tmp.name, "other.sock")
+    argv = [opts.rdzv, "agent", "--server", pod.endpoint, "--group", "other%d" % index,
+            "--world", "1", "--rank", "0", "--host", "127.0.0.1", "--node", "m",
+            "--socket", other_sock, "--port-range", "%d-%d" % (pod.base, pod.limit),
+            "--shim", opts.shim, "--timeout", "20"]
+    try:
+        second = subprocess.run(argv, capture_output=True, text=True, timeout=WAIT_S)
+        check(second.returncode == 1, "the second agent exited %d: %s"
+              % (second.returncode, second.stderr))
+        check("reserved by another rdzv agent in this network namespace (pid %d"
+              % pod.agent.pid in second.stderr, "the second agent did not name the first: %s"
+              % second.stderr)
+        check(not os.path.exists(other_sock), "the refused agent left a socket")
+        pod.stop_agent()
+        third = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: os.path.exists(other_sock) or third.poll() is not None,
+                     "the next agent's socket")
+            check(os.path.exists(other_sock), "with the first agent gone the next did not "
+                  "start: %s" % (third.stderr.read() if third.poll() is not None else ""))
+        finally:
+            third.terminate()
+            third.wait(timeout=WAIT_S)
+    finally:
+        pod.close()

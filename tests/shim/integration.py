@@ -22,7 +22,7 @@ from cases_leases import (case_close_listener, case_dead_engine_listener, case_e
                           replace_case)
 from cases_lifecycle import (case_cmd, case_cmd_not_runnable, case_cmd_sighup,  # noqa
                              case_cmd_signal, case_env_file_mode, case_epoch_follows,
-                             case_group_deleted,
+                             case_group_deleted, case_two_agents_one_netns,
                              case_new_engine_epoch, case_rank_taken, case_replan,
                              case_sidecar_sigquit)
 from pod import case_options, run_pod_case, verdict
@@ -70,7 +70,8 @@ OWN_CASES = {"cmd": case_cmd, "cmd_signal": case_cmd_signal,
              "group_deleted": case_group_deleted, "replan": case_replan,
              "cmd_sighup": case_cmd_sighup, "sidecar_sigquit": case_sidecar_sigquit,
              "rank_taken": case_rank_taken, "epoch_follows": case_epoch_follows,
-             "env_file_mode": case_env_file_mode}
+             "env_file_mode": case_env_file_mode,
+             "two_agents_one_netns": case_two_agents_one_netns}
 CASES = list(POD_CASES) + list(OWN_CASES)
 
 
