@@ -1,6 +1,7 @@
 #include "agent_lease.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -13,6 +14,9 @@ typedef struct {
 typedef struct {
     int port;
     rdzv_port_state_t state;
+    bool port0;                /* leased by a port-0 probe, never a listener's */
+    uint64_t leased_at;        /* the lease's sequence number: oldest first */
+    int holders;               /* probe sockets of this port still open */
     s_listener_t *listeners;   /* sockets handed over on this port, still open */
     size_t nlisteners;
     size_t cap_listeners;
@@ -23,6 +27,7 @@ struct rdzv_lease {
     int range_limit;
     size_t nslots;
     s_slot_t *slots;         /* the plan, in plan order */
+    uint64_t leases;         /* sequence numbers handed out */
 };
 
 rdzv_lease_t *rdzv_lease_new(int range_base, int range_limit,
@@ -102,6 +107,7 @@ int rdzv_lease_probe(rdzv_lease_t *self, int port)
     if (!slot || slot->state != RDZV_PORT_FREE)
         return EADDRINUSE;
     slot->state = RDZV_PORT_LEASED;
+    slot->port0 = false;
     return 0;
 }
 
@@ -112,16 +118,37 @@ void rdzv_lease_unprobe(rdzv_lease_t *self, int port)
         slot->state = RDZV_PORT_FREE;
 }
 
+/* A port-0 lease nobody holds any more, and that no listener took. */
+static bool s_idle_port0(const s_slot_t *s)
+{
+    return s->state == RDZV_PORT_LEASED && s->port0 && s->holders == 0;
+}
+
 int rdzv_lease_probe_any(rdzv_lease_t *self, int *port_out)
 {
-    for (size_t i = 0; i < self->nslots; i++) {
-        if (self->slots[i].state == RDZV_PORT_FREE) {
-            self->slots[i].state = RDZV_PORT_LEASED;
-            *port_out = self->slots[i].port;
-            return 0;
-        }
+    s_slot_t *pick = NULL;
+    for (size_t i = 0; i < self->nslots && !pick; i++)
+        if (self->slots[i].state == RDZV_PORT_FREE)
+            pick = &self->slots[i];
+    for (size_t i = 0; i < self->nslots && (!pick || pick->state != RDZV_PORT_FREE); i++) {
+        s_slot_t *s = &self->slots[i];
+        if (s_idle_port0(s) && (!pick || s->leased_at < pick->leased_at))
+            pick = s;
     }
-    return EADDRINUSE;
+    if (!pick)
+        return EADDRINUSE;
+    pick->state = RDZV_PORT_LEASED;
+    pick->port0 = true;
+    pick->leased_at = ++self->leases;
+    *port_out = pick->port;
+    return 0;
+}
+
+void rdzv_lease_hold(rdzv_lease_t *self, int port, int delta)
+{
+    s_slot_t *slot = s_slot(self, port);
+    if (slot && slot->holders + delta >= 0)
+        slot->holders += delta;
 }
 
 static bool s_wildcard(const rdzv_lease_where_t *w)
@@ -160,6 +187,7 @@ static int s_add_listener(s_slot_t *slot, const rdzv_lease_where_t *where, bool 
     slot->listeners[slot->nlisteners++] = (s_listener_t) {
         .where = *where, .reuseport = reuseport };
     slot->state = RDZV_PORT_TAKEN;
+    slot->port0 = false;         /* its owner binds it: never lease it to another */
     return 0;
 }
 
@@ -215,5 +243,7 @@ void rdzv_lease_reset(rdzv_lease_t *self)
     for (size_t i = 0; i < self->nslots; i++) {
         self->slots[i].state = RDZV_PORT_FREE;
         self->slots[i].nlisteners = 0;
+        self->slots[i].port0 = false;
+        self->slots[i].holders = 0;
     }
 }

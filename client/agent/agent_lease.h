@@ -46,8 +46,15 @@ int rdzv_lease_probe(rdzv_lease_t *self, int port);
 /* Undoes a probe whose socket could not be made: LEASED -> FREE. */
 void rdzv_lease_unprobe(rdzv_lease_t *self, int port);
 /* A port-0 probe: leases the first FREE port of the plan (plan order) and
- * stores it in *port_out; EADDRINUSE when none is left. */
+ * stores it in *port_out. With none FREE, the port-0 lease taken longest
+ * ago whose probe socket is closed everywhere (no holder, below) and that
+ * never took a listener is leased again: a caller of vLLM's get_open_port()
+ * asks for a fresh port again and again and binds few of them.
+ * EADDRINUSE when there is none of either. */
 int rdzv_lease_probe_any(rdzv_lease_t *self, int *port_out);
+/* A probe socket of port was passed (delta 1) or is closed everywhere
+ * (delta -1); only a port-0 lease without holders is leased again. */
+void rdzv_lease_hold(rdzv_lease_t *self, int port, int delta);
 /* A listener on port at where: FREE or LEASED -> TAKEN. A TAKEN port takes
  * another listener where the kernel would: on an address that overlaps no
  * listener's there (0.0.0.0 beside [::] with IPV6_V6ONLY, 127.0.0.1 beside

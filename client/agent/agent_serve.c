@@ -157,11 +157,15 @@ static bool s_listening(int fd)
 
 /* Like a listener's, a probe socket that listens must not outlive its
  * process with connections queued to it. */
-static void s_drop_probe(rdzv_agent_serve_t *self, size_t i)
+/* closed: the engine closed the probe socket (or exited); else the agent
+ * only lets go of its duplicate, and the port stays held for the lease. */
+static void s_drop_probe(rdzv_agent_serve_t *self, size_t i, bool closed)
 {
     if (s_listening(self->probes[i].fd))
         shutdown(self->probes[i].fd, SHUT_RDWR);
     close(self->probes[i].fd);
+    if (closed)
+        rdzv_lease_hold(self->lease, self->probes[i].port, -1);
     self->probes[i] = self->probes[--self->nprobes];
 }
 
@@ -169,7 +173,8 @@ static void s_keep_probe(rdzv_agent_serve_t *self, uint64_t handle, uint64_t con
                          int fd, int port)
 {
     if (self->nprobes == S_MAX_PROBES)
-        s_drop_probe(self, 0);
+        s_drop_probe(self, 0, false);
+    rdzv_lease_hold(self->lease, port, 1);
     self->probes[self->nprobes++] = (s_probe_t) {
         .handle = handle, .conn_id = conn_id, .fd = fd, .port = port };
 }
@@ -192,7 +197,7 @@ void rdzv_agent_serve_destroy(rdzv_agent_serve_t **self_p)
     while (self->nhandovers > 0)
         s_drop_handover(self, self->nhandovers - 1);
     while (self->nprobes > 0)
-        s_drop_probe(self, self->nprobes - 1);
+        s_drop_probe(self, self->nprobes - 1, false);
     for (size_t i = 0; i < self->nconns; i++)
         close(self->conns[i].fd);
     if (self->listen_fd >= 0) {
@@ -259,7 +264,7 @@ static void s_close_conn(rdzv_agent_serve_t *self, size_t ci)
     i = self->nprobes;
     while (i-- > 0)
         if (self->probes[i].conn_id == id)
-            s_drop_probe(self, i);
+            s_drop_probe(self, i, true);
     close(self->conns[ci].fd);
     self->conns[ci] = self->conns[--self->nconns];
     if (self->nconns == 0 && self->reset_when_idle && self->ever_served) {
@@ -422,7 +427,7 @@ static void s_handle_close(rdzv_agent_serve_t *self, const s_conn_t *conn,
     }
     for (size_t i = 0; i < self->nprobes; i++) {
         if (self->probes[i].handle == req->handle && self->probes[i].conn_id == conn->id) {
-            s_drop_probe(self, i);
+            s_drop_probe(self, i, true);
             return;
         }
     }

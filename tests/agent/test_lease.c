@@ -92,12 +92,46 @@ START_TEST(test_probe_any_and_exhaustion)
     ck_assert_int_eq(rdzv_lease_probe(s_lease, 20000), 0);
     ck_assert_int_eq(rdzv_lease_probe_any(s_lease, &port), 0);
     ck_assert_int_eq(port, 20001);
+    rdzv_lease_hold(s_lease, port, 1);               /* its socket is open */
     ck_assert_int_eq(s_listen(s_lease, 20002, false), 0);
     ck_assert_int_eq(rdzv_lease_probe_any(s_lease, &port), 0);
     ck_assert_int_eq(port, 20003);
+    rdzv_lease_hold(s_lease, port, 1);
     ck_assert_int_eq(rdzv_lease_probe_any(s_lease, &port), EADDRINUSE);
     for (int p = BASE; p < LIMIT; p++)
         ck_assert_int_eq(rdzv_lease_probe(s_lease, p), EADDRINUSE);
+}
+END_TEST
+
+/* get_open_port() probes port 0 and closes, again and again: once the plan
+ * has no free port, the oldest port-0 lease whose socket is closed and that
+ * no listener took is leased again. Explicit probes and listened ports
+ * never are. */
+START_TEST(test_probe_any_reuses_closed_port0_leases)
+{
+    int port = 0, first[3];
+    ck_assert_int_eq(rdzv_lease_probe(s_lease, 20000), 0);      /* VLLM_PORT's scan */
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(rdzv_lease_probe_any(s_lease, &first[i]), 0);
+        rdzv_lease_hold(s_lease, first[i], 1);
+    }
+    ck_assert_int_eq(first[0], 20001);
+    ck_assert_int_eq(rdzv_lease_probe_any(s_lease, &port), EADDRINUSE);  /* all held */
+    rdzv_lease_hold(s_lease, 20003, -1);             /* closed */
+    rdzv_lease_hold(s_lease, 20001, -1);
+    ck_assert_int_eq(rdzv_lease_probe_any(s_lease, &port), 0);
+    ck_assert_int_eq(port, 20001);                   /* the oldest closed one */
+    rdzv_lease_hold(s_lease, port, 1);
+    ck_assert_int_eq(s_listen(s_lease, 20003, false), 0);   /* its owner binds it */
+    s_unlisten(s_lease, 20003);
+    ck_assert_int_eq(rdzv_lease_probe_any(s_lease, &port), EADDRINUSE);
+    for (int i = 0; i < 100; i++) {                  /* a long run of probe, close */
+        rdzv_lease_hold(s_lease, 20001, -1);
+        ck_assert_int_eq(rdzv_lease_probe_any(s_lease, &port), 0);
+        ck_assert_int_eq(port, 20001);
+        rdzv_lease_hold(s_lease, port, 1);
+    }
+    ck_assert_int_eq(rdzv_lease_state(s_lease, 20000), RDZV_PORT_LEASED);
 }
 END_TEST
 
@@ -160,6 +194,7 @@ static Suite *s_suite(void)
     tcase_add_test(tc, test_scan_walks_the_plan);
     tcase_add_test(tc, test_foreign_and_outside);
     tcase_add_test(tc, test_probe_any_and_exhaustion);
+    tcase_add_test(tc, test_probe_any_reuses_closed_port0_leases);
     tcase_add_test(tc, test_listener_after_probe);
     tcase_add_test(tc, test_reuseport_listeners_share);
     tcase_add_test(tc, test_close_keeps_the_lease);

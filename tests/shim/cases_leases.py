@@ -120,11 +120,13 @@ print(json.dumps([port, while_listening, after_close]))
 
 
 def case_exhausted(pod):
-    """Once the plan is leased, probes and port-0 probes get EADDRINUSE, and so
-    does every other port of the range."""
+    """While every port of the plan is leased to a port-0 probe whose socket
+    is open, another port-0 probe gets EADDRINUSE, and so does every other
+    port of the range. Once they are closed, port-0 probes (vLLM's
+    get_open_port(), again and again) get the plan's ports again, the one
+    leased longest ago first; explicit probes of leased ports still do not."""
     got = pod.py_json(PROBE + """
 import errno
-leased = [probe(0) for _ in range(%d)]
 def err(port):
     s = socket.socket()
     try:
@@ -133,12 +135,22 @@ def err(port):
         return e.errno
     finally:
         s.close()
-print(json.dumps([leased, err(0), [err(p) for p in range(%d, %d)]]))
+held = []
+for _ in range(%d):
+    s = socket.socket(); s.bind(("0.0.0.0", 0)); held.append(s)
+leased = [s.getsockname()[1] for s in held]
+full = [err(0), [err(p) for p in range(%d, %d)]]
+for s in held:
+    s.close()
+again = [probe(0) for _ in range(20)]
+print(json.dumps([leased, full, again, [err(p) for p in leased]]))
 """ % (PER_RANK, pod.base, pod.limit))
-    leased, port0, rest = got
+    leased, (port0, rest), again, explicit = got
     check(leased == pod.plan, "port-0 probes leased %s" % leased)
-    check(port0 == 98, "a port-0 probe on an exhausted plan: errno %d" % port0)
-    check(rest == [98] * SPAN, "probes of the range after exhaustion: %s" % rest)
+    check(port0 == 98, "a port-0 probe with the whole plan held: errno %d" % port0)
+    check(rest == [98] * SPAN, "probes of the range with the plan held: %s" % rest)
+    check(again == (pod.plan * 3)[:20], "20 port-0 probes after the 8 closed got %s" % again)
+    check(explicit == [98] * PER_RANK, "explicit probes of the leased ports: %s" % explicit)
 
 
 def case_foreign_listener(pod):
