@@ -54,6 +54,15 @@ bool rdzv_name_valid(const char *s)
     return true;
 }
 
+bool rdzv_secret_equal(const char *want, const char *got)
+{
+    size_t n = strlen(want), m = strlen(got);
+    unsigned char diff = (unsigned char) (n != m);
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char) (want[i] ^ got[i < m ? i : 0]);
+    return diff == 0;
+}
+
 bool rdzv_text_valid(const char *s)
 {
     size_t n = s ? strlen(s) : 0;

@@ -13,6 +13,7 @@
 #include "metrics.h"
 #include "reply.h"
 #include "state.h"
+#include "tokens.h"
 
 typedef struct {
     rdzv_state_t *state;
@@ -27,6 +28,7 @@ typedef struct {
      * upper bound that keeps the limit check O(1) until it gets close. */
     int pending_at_tick, added_since_tick;
     int released;                /* ranks released since the last commit */
+    rdzv_tokens_t *tokens;       /* --tokens; NULL: none */
 } rdzv_batch_t;
 
 /* Appends record to the journal and applies it to the state; takes the

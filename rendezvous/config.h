@@ -17,6 +17,7 @@ typedef struct {
     int nccl_root_timeout_s;
     const char *state_dir;
     const char *group_token;     /* every request must carry it; NULL: none */
+    const char *tokens_dir;      /* DIR/GROUP: each group's own token; NULL: none */
     uint64_t compact_bytes;      /* compact the journal past this size; 0: never */
     /* A group whose first epoch never formed and that nobody waits in or
      * has been heard from for this long is deleted; 0: never. */

@@ -83,13 +83,18 @@ rdzv_core_t *rdzv_core_new(const rdzv_config_t *cfg, char *err, size_t errlen)
     s_set_limits(&self->cfg.limits);
     pthread_mutex_init(&self->lock, NULL);
     self->rate = rdzv_rate_new(self->cfg.limits.max_rps);
+    if (cfg->tokens_dir && !(self->tokens = rdzv_tokens_new(cfg->tokens_dir, err, errlen))) {
+        rdzv_core_destroy(&self);
+        return NULL;
+    }
     self->journal = rdzv_journal_open(cfg->state_dir, cfg->do_fsync, err, errlen);
     if (!self->journal || s_load(self, err, errlen) < 0) {
         rdzv_core_destroy(&self);
         return NULL;
     }
     self->batch = (rdzv_batch_t) { .state = &self->state, .cfg = &self->cfg,
-                                   .journal = self->journal, .metrics = &self->metrics };
+                                   .journal = self->journal, .metrics = &self->metrics,
+                                   .tokens = self->tokens };
     s_mark_lost_roots(self);
     rdzv_commit_t commit;
     rdzv_core_begin(self, 0);
@@ -113,23 +118,18 @@ void rdzv_core_destroy(rdzv_core_t **self_p)
     rdzv_state_clear(&self->state);
     rdzv_journal_destroy(&self->journal);
     rdzv_rate_destroy(&self->rate);
+    rdzv_tokens_destroy(&self->tokens);
     rdzv_batch_clear(&self->batch);
     pthread_mutex_destroy(&self->lock);
     free(self);
     *self_p = NULL;
 }
 
-/* Compares in constant time so the reply time does not reveal a prefix. */
-static bool s_token_ok(const char *want, const cJSON *root)
+/* The request's token, NULL if it carries none. */
+static const char *s_token(const cJSON *root)
 {
     const cJSON *token = cJSON_GetObjectItemCaseSensitive(root, "token");
-    if (!cJSON_IsString(token))
-        return false;
-    size_t n = strlen(want), m = strlen(token->valuestring);
-    unsigned char diff = (unsigned char) (n != m);
-    for (size_t i = 0; i < n; i++)
-        diff |= (unsigned char) (want[i] ^ token->valuestring[i < m ? i : 0]);
-    return diff == 0;
+    return cJSON_IsString(token) ? token->valuestring : NULL;
 }
 
 void rdzv_core_parse(const rdzv_core_t *self, const char *frame, size_t len, rdzv_parsed_t *out)
@@ -163,8 +163,15 @@ void rdzv_core_handle(rdzv_core_t *self, const rdzv_peer_t *peer, rdzv_parsed_t 
                          self->cfg.limits.max_rps);
     else if (parsed->rc < 0)
         rdzv_batch_error(b, &from, parsed->code, "%s", parsed->msg);
-    else if (self->cfg.group_token && !s_token_ok(self->cfg.group_token, req->root))
+    else if (self->cfg.group_token
+             && !(s_token(req->root) && rdzv_secret_equal(self->cfg.group_token, s_token(req->root))))
         rdzv_batch_error(b, &from, RDZV_E_FORBIDDEN, "missing or wrong group token");
+    /* Per group: a status of every group is answered with the groups this
+     * token opens (handlers.c); every other request names its group. */
+    else if (self->tokens && req->group
+             && !rdzv_tokens_allow(self->tokens, req->group, s_token(req->root)))
+        rdzv_batch_error(b, &from, RDZV_E_FORBIDDEN, "missing or wrong token for group %s",
+                         req->group);
     else
         rdzv_handle_request(b, &from, req);
     if (parsed->rc >= 0)

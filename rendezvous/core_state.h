@@ -19,6 +19,7 @@ struct rdzv_core {
     rdzv_metrics_t metrics;
     uint64_t compacted_size;     /* the journal file's size after the last compaction */
     rdzv_rate_t *rate;
+    rdzv_tokens_t *tokens;       /* --tokens DIR; NULL without */
     int64_t last_prune_ms;
     bool in_batch;               /* between begin and end or defer */
     _Atomic unsigned long long replies_dropped[RDZV_DROP_REASONS];

@@ -258,6 +258,14 @@ static void s_handle_kv(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_
 static void s_handle_status(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
 {
     cJSON *groups = rdzv_state_status(self->state, req->group, self->now_ms);
+    const cJSON *token = cJSON_GetObjectItemCaseSensitive(req->root, "token");
+    for (cJSON *g = self->tokens && groups ? groups->child : NULL, *next; g; g = next) {
+        next = g->next;
+        const char *name = cJSON_GetObjectItemCaseSensitive(g, "group")->valuestring;
+        if (!rdzv_tokens_allow(self->tokens, name, cJSON_IsString(token) ? token->valuestring
+                                                                          : NULL))
+            cJSON_Delete(cJSON_DetachItemViaPointer(groups, g));
+    }
     if (req->group && cJSON_GetArraySize(groups) == 0) {
         cJSON_Delete(groups);
         rdzv_batch_error(self, peer, RDZV_E_NOT_FOUND, "no group %s", req->group);

@@ -287,20 +287,13 @@ static enum MHD_Result s_handle_healthz(struct MHD_Connection *conn, rdzv_core_t
     return s_text(conn, MHD_HTTP_OK, "ok\n");
 }
 
-/* Compares in constant time, so the answer's timing gives no prefix away. */
 static bool s_bearer_ok(const rdzv_http_t *self, struct MHD_Connection *conn)
 {
     if (!self->bearer)
         return true;
     const char *got = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                   MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!got)
-        return false;
-    size_t n = strlen(self->bearer), m = strlen(got);
-    unsigned char diff = (unsigned char) (n != m);
-    for (size_t i = 0; i < n; i++)
-        diff |= (unsigned char) (self->bearer[i] ^ got[i < m ? i : 0]);
-    return diff == 0;
+    return got && rdzv_secret_equal(self->bearer, got);
 }
 
 static enum MHD_Result s_route(struct MHD_Connection *conn, rdzv_http_t *self, const char *url)

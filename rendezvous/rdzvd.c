@@ -86,6 +86,8 @@ static void s_usage(FILE *out)
         "  --curve-secret FILE      rdzvd's secret certificate (rdzv keygen): CURVE on\n"
         "  --clients DIR            public certificates of the clients accepted\n"
         "  --group-token FILE       every request must carry this token\n"
+        "  --tokens DIR             each group its own token: a request naming group G\n"
+        "                           must carry the token in DIR/G (tenants apart)\n"
         "  --insecure-bind-any      without keys, serve other than loopback anyway\n"
         "  --peer-timeout S         drop a connection whose handshake, or whose answer to\n"
         "                           a ZMTP heartbeat, takes over S seconds (default 30)\n"
@@ -134,6 +136,7 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         { "http-token", required_argument, 0, 'A' }, { "help", no_argument, 0, 'h' },
         { "version", no_argument, 0, 'V' }, { "curve-secret", required_argument, 0, 'C' },
         { "clients", required_argument, 0, 'L' }, { "group-token", required_argument, 0, 'T' },
+        { "tokens", required_argument, 0, 'Z' },
         { "insecure-bind-any", no_argument, 0, 'I' },
         { "peer-timeout", required_argument, 0, 'O' }, { "compact-mib", required_argument, 0, 'M' },
         { "log-format", required_argument, 0, 'f' }, { "io-threads", required_argument, 0, 'i' },
@@ -168,6 +171,7 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         case 'C': o->security.curve_secret = optarg; break;
         case 'L': o->security.clients_dir = optarg; break;
         case 'T': o->token_file = optarg; break;
+        case 'Z': o->cfg.tokens_dir = optarg; break;
         case 'I': o->insecure_bind_any = true; break;
         case 'O':
             rc = s_int_arg("--peer-timeout", optarg, 1, 3600, &o->security.peer_timeout_ms);
@@ -197,6 +201,11 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         }
         if (rc < 0)
             return -1;
+    }
+    if (o->token_file && o->cfg.tokens_dir) {
+        fprintf(stderr, "rdzvd: --group-token (one token for every group) and --tokens (one "
+                "per group) exclude each other\n");
+        return -1;
     }
     if (optind < argc) {
         fprintf(stderr, "rdzvd: unexpected argument \"%s\" (see --help)\n", argv[optind]);

@@ -35,6 +35,7 @@ CASES = {
     "curve": fault_network.case_curve,
     "open_warning": fault_network.case_open_warning,
     "group_token": fault_network.case_group_token,
+    "tenant_tokens": fault_network.case_tenant_tokens,
     "limits": fault_network.case_limits,
     "compaction": fault_journal.case_compaction,
 }

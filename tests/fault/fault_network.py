@@ -390,6 +390,64 @@ def case_open_warning(opts):
         srv.close()
 
 
+def case_tenant_tokens(opts):
+    """rdzvd --tokens DIR: each group's own token (DIR/GROUP). One tenant's
+    token opens its groups only: another's cannot join, read, delete or even
+    list them; a name that climbs out of DIR is nobody's; rewriting a file
+    rotates its token."""
+    tmp = tempfile.mkdtemp(prefix="rdzv-fault-tenants-")
+    srv = None
+    try:
+        tokens = os.path.join(tmp, "tokens")
+        os.makedirs(os.path.join(tokens, "team"))
+
+        def write(path, text):
+            with open(path, "w") as f:
+                f.write(text + "\n")
+        write(os.path.join(tokens, "a"), "token-of-a")
+        write(os.path.join(tokens, "team", "b"), "token-of-b")
+        write(os.path.join(tmp, "x"), "token-of-x")       # outside DIR
+        tok_a, tok_b = os.path.join(tokens, "a"), os.path.join(tokens, "team", "b")
+        env_a = dict(os.environ, RDZV_GROUP_TOKEN=tok_a)
+        env_b = dict(os.environ, RDZV_GROUP_TOKEN=tok_b)
+        env_x = dict(os.environ, RDZV_GROUP_TOKEN=os.path.join(tmp, "x"))
+        srv = Server(opts, extra=["--tokens", tokens])
+        rc, _, err = join(opts, srv.endpoint, "a", 1, 0, env=env_a)
+        TAP.ok(rc == 0, "tenant A joins its group a (rc %d %s)" % (rc, err.strip()[:120]))
+        rc, _, err = join(opts, srv.endpoint, "team/b", 1, 0, env=env_b)
+        TAP.ok(rc == 0, "tenant B joins its group team/b (rc %d %s)" % (rc, err.strip()[:120]))
+        rc, _, err = join(opts, srv.endpoint, "a", 1, 0, env=env_b)
+        TAP.ok(rc == 4 and "forbidden" in err, "B's token cannot join a (rc %d)" % rc)
+        rc, _, err = cli(opts, "group", "delete", "--server", srv.endpoint, "--group", "a",
+                         env=env_b)
+        rc3, out, _ = cli(opts, "status", "--server", srv.endpoint, "--group", "a", env=env_a)
+        TAP.ok(rc == 4 and rc3 == 0 and '"group":"a"' in out.replace(" ", ""),
+               "B's token cannot delete a, which stays (rc %d, then %d)" % (rc, rc3))
+        rc, out, _ = cli(opts, "status", "--server", srv.endpoint, env=env_a)
+        flat = out.replace(" ", "")
+        TAP.ok(rc == 0 and '"group":"a"' in flat and "team/b" not in flat,
+               "A's status of every group lists a and not team/b (rc %d)" % rc)
+        rc, _, err = join(opts, srv.endpoint, "c", 1, 0, env=env_a)
+        TAP.ok(rc == 4 and "forbidden" in err, "a group without a token file is nobody's "
+               "(rc %d)" % rc)
+        rc, _, err = join(opts, srv.endpoint, "../x", 1, 0, env=env_x)
+        TAP.ok(rc == 4 and "forbidden" in err, "a group named ../x cannot take its token from "
+               "outside DIR (rc %d)" % rc)
+        rc, _, err = join(opts, srv.endpoint, "a", 1, 0)
+        TAP.ok(rc == 4 and "forbidden" in err, "no token: forbidden (rc %d)" % rc)
+        old = os.path.join(tmp, "old-a")
+        write(old, "token-of-a")
+        write(tok_a, "token-of-a-2")
+        rc, _, _ = join(opts, srv.endpoint, "a", 1, 0, env=dict(os.environ, RDZV_GROUP_TOKEN=old))
+        rc2, _, err = join(opts, srv.endpoint, "a", 1, 0, env=env_a)
+        TAP.ok(rc == 4 and rc2 == 0, "rewriting DIR/a rotates its token: the old one is "
+               "refused (rc %d), the new one admits (rc %d %s)" % (rc, rc2, err.strip()[:80]))
+    finally:
+        if srv:
+            srv.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def case_group_token(opts):
     """rdzvd --group-token FILE: a join without the token gets `forbidden`.
     Assumes the client side is `rdzv join --group-token FILE` (only rdzvd's
