@@ -17,6 +17,9 @@
 #define RDZV_PORT_RANGE_ENV     "RDZV_PORT_RANGE"
 #define RDZV_SHIM_ENV           "RDZV_SHIM"
 #define RDZV_AGENT_ENV_SUFFIX   ".env"
+/* Beside the socket too: the session of a join whose agent never served
+ * (agent_main.c), so that the next agent resumes it. */
+#define RDZV_AGENT_SESSION_SUFFIX ".session"
 
 /* How long the shim waits for one reply before it gives up on the agent. */
 #define RDZV_AGENT_REPLY_TIMEOUT_MS 10000

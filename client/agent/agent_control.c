@@ -1,4 +1,5 @@
 #include "agent_control.h"
+#include "rdzv_proto.h"
 #include "rdzv_util.h"
 
 #include <errno.h>
@@ -26,6 +27,7 @@ struct rdzv_agent_control {
     rdzv_assignment_t *fresh;  /* not yet taken by the main thread */
     int exit_code;             /* != 0: the first join failed */
     char error[256];
+    char first_session[RDZV_MAX_NAME + 1];   /* used by the first client only */
 };
 
 static void s_notify(rdzv_agent_control_t *self)
@@ -141,7 +143,9 @@ static int64_t s_join(rdzv_agent_control_t *self, rdzv_client_t *client, bool fi
 static rdzv_client_t *s_new_client(rdzv_agent_control_t *self)
 {
     char err[256] = "";
-    rdzv_client_t *client = rdzv_client_new(self->args.endpoint, NULL, err, sizeof err);
+    const char *session = *self->first_session ? self->first_session : NULL;
+    rdzv_client_t *client = rdzv_client_new(self->args.endpoint, session, err, sizeof err);
+    self->first_session[0] = '\0';
     if (!client)
         s_fail(self, 1, err);
     return client;
@@ -199,6 +203,9 @@ rdzv_agent_control_t *rdzv_agent_control_new(const rdzv_agent_control_args_t *ar
         return NULL;
     }
     self->args = *args;
+    self->args.first_session = NULL;
+    if (args->first_session)
+        snprintf(self->first_session, sizeof self->first_session, "%s", args->first_session);
     self->busy = true;
     self->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     pthread_condattr_t attr;

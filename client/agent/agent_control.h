@@ -18,6 +18,7 @@ typedef struct {
     const char *endpoint;
     rdzv_join_args_t join;     /* strings must outlive the control */
     int heartbeat_ms;
+    const char *first_session; /* the first join's session (copied); NULL: a new one */
 } rdzv_agent_control_args_t;
 
 /* Starts the thread, which joins at once. NULL on failure (reason in err). */

@@ -38,6 +38,8 @@ typedef struct {
     int range_limit;
     char *env_path;
     int64_t epoch;             /* of the assignment PATH.env holds */
+    char *session_path;        /* PATH.session: held until the agent serves */
+    char session[2 * 16 + 1];
     pid_t child;
     bool done;
     int exit_code;
@@ -202,6 +204,9 @@ static void s_start(s_agent_t *self, const rdzv_assignment_t *a)
         { s_fatal(self, 1, err); return; }
     fprintf(stderr, "rdzv agent: serving %s, ports %d..%d reserved\n", self->opts.socket_path,
             self->nplan ? self->plan[0] : 0, self->nplan ? self->plan[self->nplan - 1] : 0);
+    /* From now on an engine may run with this assignment: a later agent must
+     * join under a session of its own, as a restarted rank does. */
+    unlink(self->session_path);
     if (self->opts.cmd)
         s_start_child(self, a);
 }
@@ -332,18 +337,57 @@ static void s_cleanup(s_agent_t *self)
     free(self->locks);
     free(self->plan);
     free(self->env_path);
+    free(self->session_path);
     rdzv_agent_control_destroy(&self->control);
     if (self->sig_fd >= 0)
         close(self->sig_fd);
 }
 
+/* The first join's session. An agent that joined and then failed before it
+ * served (a plan port it could not reserve) leaves its session in
+ * PATH.session, and the next one resumes it: no engine ever ran with that
+ * assignment, so the group need not move to a new epoch. */
+static int s_first_session(s_agent_t *self)
+{
+    FILE *f = fopen(self->session_path, "r");
+    size_t n = f ? fread(self->session, 1, sizeof self->session - 1, f) : 0;
+    if (f)
+        fclose(f);
+    self->session[n] = '\0';
+    if (n == sizeof self->session - 1 && strspn(self->session, "0123456789abcdef") == n) {
+        fprintf(stderr, "rdzv agent: resuming the session of an agent that did not get to "
+                "serve (%s)\n", self->session_path);
+        return 0;
+    }
+    unsigned char raw[16];
+    if (rdzv_random_bytes(raw, sizeof raw) != 0)
+        return -1;
+    rdzv_hex_encode(raw, sizeof raw, self->session);
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", self->session_path, (int) getpid());
+    f = fopen(tmp, "w");
+    bool ok = f && fchmod(fileno(f), 0600) == 0 && fputs(self->session, f) >= 0;
+    ok = (f && fclose(f) == 0) && ok && rename(tmp, self->session_path) == 0;
+    if (!ok)
+        unlink(tmp);        /* no file: a failed start then costs a new epoch, as before */
+    return 0;
+}
+
+static char *s_beside_socket(const char *socket_path, const char *suffix)
+{
+    size_t len = strlen(socket_path) + strlen(suffix) + 1;
+    char *path = malloc(len);
+    if (path)
+        snprintf(path, len, "%s%s", socket_path, suffix);
+    return path;
+}
+
 static int s_init(s_agent_t *self)
 {
-    size_t len = strlen(self->opts.socket_path) + sizeof RDZV_AGENT_ENV_SUFFIX;
-    self->env_path = malloc(len);
-    if (!self->env_path)
+    self->env_path = s_beside_socket(self->opts.socket_path, RDZV_AGENT_ENV_SUFFIX);
+    self->session_path = s_beside_socket(self->opts.socket_path, RDZV_AGENT_SESSION_SUFFIX);
+    if (!self->env_path || !self->session_path || s_first_session(self) < 0)
         return -1;
-    snprintf(self->env_path, len, "%s%s", self->opts.socket_path, RDZV_AGENT_ENV_SUFFIX);
     sigset_t mask;
     sigemptyset(&mask);
     /* Every signal whose default would end the agent without cleanup. */
@@ -363,7 +407,7 @@ static int s_init(s_agent_t *self)
         .join = { .group = self->opts.group, .world = self->opts.world,
                   .rank = self->opts.rank, .host = self->opts.host, .node = self->opts.node,
                   .timeout_ms = self->opts.timeout_s * 1000 },
-        .heartbeat_ms = self->opts.heartbeat_s * 1000 };
+        .heartbeat_ms = self->opts.heartbeat_s * 1000, .first_session = self->session };
     self->control = rdzv_agent_control_new(&args, err, sizeof err);
     if (!self->control) {
         fprintf(stderr, "rdzv agent: %s\n", err);

@@ -10,6 +10,7 @@ import tempfile
 import time
 
 from pod import PROBE, PY, WAIT_S, Fail, Pod, Skip, check, wait_for
+import rdzvtest  # noqa: E402  (pod puts tests/lib on the path)
 
 
 def case_new_engine_epoch(pod):
@@ -373,3 +374,49 @@ def case_two_agents_one_netns(opts, index):
             third.wait(timeout=WAIT_S)
     finally:
         pod.close()
+
+
+def case_failed_start_resumes(opts, index):
+    """An agent that joins and then cannot reserve its plan (a port held by
+    someone else) exits 1, but leaves its session: the next agent resumes
+    the join, so the group stays at its epoch instead of moving to a new
+    one for a rank whose engine never ran."""
+    base = 27000 + 16 * index
+    tmp = tempfile.TemporaryDirectory(prefix="rdzv-shim-")
+    d = tmp.name
+    rdzvd = rdzvtest.Rdzvd(opts.rdzvd, d, "--port-base", str(base), "--ports-per-rank", "8",
+                           "--port-limit", str(base + 16), "--no-nccl")
+    sock = os.path.join(d, "agent.sock")
+    argv = [opts.rdzv, "agent", "--server", rdzvd.endpoint, "--group", "f%d" % index,
+            "--world", "1", "--rank", "0", "--host", "127.0.0.1", "--node", "n",
+            "--socket", sock, "--port-range", "%d-%d" % (base, base + 16), "--shim", opts.shim,
+            "--timeout", "20"]
+
+    def epoch():
+        out = subprocess.run([opts.rdzv, "status", "--server", rdzvd.endpoint], capture_output=True,
+                             text=True, timeout=WAIT_S).stdout
+        return json.loads(out.strip().splitlines()[-1])["groups"][0]["epoch"]
+    holder = socket.socket()
+    try:
+        holder.bind(("0.0.0.0", base + 3))      # a plan port, taken by another program
+        holder.listen()
+        first = subprocess.run(argv, capture_output=True, text=True, timeout=WAIT_S)
+        check(first.returncode == 1 and "cannot reserve port %d" % (base + 3) in first.stderr,
+              "the first agent exited %d: %s" % (first.returncode, first.stderr))
+        check(os.path.exists(sock + ".session"), "the failed agent left no session behind")
+        check(epoch() == 1, "after the failed start the group is at epoch %s" % epoch())
+        holder.close()
+        agent = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: os.path.exists(sock) or agent.poll() is not None, "the next agent")
+            check(os.path.exists(sock), "the next agent did not start: %s"
+                  % (agent.stderr.read() if agent.poll() is not None else ""))
+            check(epoch() == 1, "the next agent moved the group to epoch %s" % epoch())
+            check(not os.path.exists(sock + ".session"), "a serving agent kept its session file")
+        finally:
+            agent.terminate()
+            agent.wait(timeout=WAIT_S)
+    finally:
+        holder.close()
+        rdzvd.stop()
+        tmp.cleanup()

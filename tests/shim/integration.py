@@ -22,6 +22,7 @@ from cases_leases import (case_close_listener, case_dead_engine_listener, case_e
                           replace_case)
 from cases_lifecycle import (case_cmd, case_cmd_not_runnable, case_cmd_sighup,  # noqa
                              case_cmd_signal, case_env_file_mode, case_epoch_follows,
+                             case_failed_start_resumes,
                              case_group_deleted, case_two_agents_one_netns,
                              case_new_engine_epoch, case_rank_taken, case_replan,
                              case_sidecar_sigquit)
@@ -71,7 +72,8 @@ OWN_CASES = {"cmd": case_cmd, "cmd_signal": case_cmd_signal,
              "cmd_sighup": case_cmd_sighup, "sidecar_sigquit": case_sidecar_sigquit,
              "rank_taken": case_rank_taken, "epoch_follows": case_epoch_follows,
              "env_file_mode": case_env_file_mode,
-             "two_agents_one_netns": case_two_agents_one_netns}
+             "two_agents_one_netns": case_two_agents_one_netns,
+             "failed_start_resumes": case_failed_start_resumes}
 CASES = list(POD_CASES) + list(OWN_CASES)
 
 
