@@ -141,11 +141,12 @@ static int s_apply_kv(rdzv_state_t *self, rdzv_group_t *g, const rdzv_record_t *
     const char *key = rec->u.kv.key, *value = rec->u.kv.value;
     if (rec->u.kv.epoch != g->epoch)
         return -1;
-    char *copy = strdup(value);
+    size_t len = strlen(value);
+    rdzv_shared_t *copy = rdzv_shared_new(value, len);
     if (!copy)
         return -1;
-    const char *old = zhashx_lookup(g->kv, key);
-    uint64_t was = old ? strlen(key) + strlen(old) : 0, now = strlen(key) + strlen(value);
+    const rdzv_shared_t *old = zhashx_lookup(g->kv, key);
+    uint64_t was = old ? strlen(key) + old->len : 0, now = strlen(key) + len;
     g->kv_bytes += now - was;
     self->kv_bytes += now - was;
     zhashx_update(g->kv, key, copy);

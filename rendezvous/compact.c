@@ -69,7 +69,9 @@ static bool s_add_plans(const rdzv_state_t *st, const rdzv_group_t *g, cJSON *re
     return ok;
 }
 
-static bool s_add_group(const rdzv_state_t *st, const rdzv_group_t *g, cJSON *records)
+/* values: where to hold a reference to each value a KV record points at. */
+static bool s_add_group(const rdzv_state_t *st, const rdzv_group_t *g, cJSON *records,
+                        rdzv_snapshot_t *snap)
 {
     bool ok = s_add(records, rdzv_record_group(g->name, g->world, g->nccl_mode, g->nccl_count));
     if (ok && g->epoch > 1)
@@ -83,18 +85,39 @@ static bool s_add_group(const rdzv_state_t *st, const rdzv_group_t *g, cJSON *re
                                                  ? cJSON_Duplicate(g->nccl_ids, 1) : NULL));
     if (ok && g->complete && g->root_done_epoch == g->epoch)
         ok = s_add(records, rdzv_record_root_done(g->name, g->epoch));
-    for (const char *v = zhashx_first(g->kv); ok && v; v = zhashx_next(g->kv))
-        ok = s_add(records, rdzv_record_kv(g->name, g->epoch, zhashx_cursor(g->kv), v));
+    for (rdzv_shared_t *v = zhashx_first(g->kv); ok && v; v = zhashx_next(g->kv)) {
+        ok = s_add(records, rdzv_record_kv_ref(g->name, g->epoch, zhashx_cursor(g->kv), v->text));
+        if (ok)
+            snap->values[snap->nvalues++] = rdzv_shared_ref(v);
+    }
     return ok;
 }
 
-cJSON *rdzv_compact_records(const rdzv_state_t *st)
+int rdzv_compact_snapshot(const rdzv_state_t *st, rdzv_snapshot_t *out)
 {
-    cJSON *records = cJSON_CreateArray();
-    bool ok = records != NULL;
+    size_t values = 0;
+    for (rdzv_group_t *g = zhashx_first(st->groups); g; g = zhashx_next(st->groups))
+        values += zhashx_size(g->kv);
+    *out = (rdzv_snapshot_t) { .records = cJSON_CreateArray(),
+                               .values = malloc((values ? values : 1) * sizeof *out->values) };
+    bool ok = out->records && out->values;
     for (rdzv_group_t *g = zhashx_first(st->groups); ok && g; g = zhashx_next(st->groups))
-        ok = s_add_group(st, g, records);
-    if (!ok)
-        cJSON_Delete(records);
-    return ok ? records : NULL;
+        ok = s_add_group(st, g, out->records, out);
+    if (!ok) {
+        cJSON_Delete(out->records);
+        out->records = NULL;
+        rdzv_snapshot_release(out);
+        return -1;
+    }
+    return 0;
+}
+
+void rdzv_snapshot_release(void *arg)
+{
+    rdzv_snapshot_t *snap = arg;
+    for (size_t i = 0; i < snap->nvalues; i++)
+        rdzv_shared_unref(&snap->values[i]);
+    free(snap->values);
+    snap->values = NULL;
+    snap->nvalues = 0;
 }

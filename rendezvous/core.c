@@ -56,6 +56,8 @@ static void s_mark_lost_roots(rdzv_core_t *self)
                        && g->root_done_epoch != g->epoch;
 }
 
+static void s_compact_finish(rdzv_core_t *self, bool wait);
+
 static void s_set_limits(rdzv_limits_t *l)
 {
     if (l->max_groups <= 0)
@@ -115,6 +117,8 @@ void rdzv_core_destroy(rdzv_core_t **self_p)
     if (!self_p || !*self_p)
         return;
     rdzv_core_t *self = *self_p;
+    if (self->compaction && self->journal)
+        s_compact_finish(self, true);
     rdzv_state_clear(&self->state);
     rdzv_journal_destroy(&self->journal);
     rdzv_rate_destroy(&self->rate);
@@ -315,6 +319,8 @@ static int s_write(rdzv_core_t *self)
     rdzv_core_log("journal", "write failed (%s); refusing this batch and reloading state",
                   strerror(e));
     rdzv_batch_refuse_all(&self->batch, "rdzvd could not record the change");
+    /* The snapshot in flight was of the state being thrown away. */
+    rdzv_journal_compact_abort(&self->compaction);
     s_reload(self);
     return -1;
 }
@@ -330,23 +336,50 @@ static bool s_wants_compaction(const rdzv_core_t *self)
            && size > 2 * self->compacted_size;
 }
 
-int rdzv_core_compact(rdzv_core_t *self)
+/* Starts a compaction: the records of this moment's state, written by the
+ * journal's thread while requests go on. */
+static void s_compact_start(rdzv_core_t *self)
 {
-    uint64_t before = rdzv_journal_size(self->journal);
-    cJSON *records = rdzv_compact_records(&self->state);
+    int64_t t0 = rdzv_now_ms();
+    rdzv_snapshot_t *snap = &self->snapshot;
+    bool made = rdzv_compact_snapshot(&self->state, snap) == 0;
+    int n = made ? cJSON_GetArraySize(snap->records) : 0;
     /* Out of memory: the old journal stays, whole. */
-    int rc = records ? rdzv_journal_compact(self->journal, records) : -1;
-    rdzv_core_log("journal", "compaction %s: %llu bytes -> %llu bytes, %d records",
-                  rc == 0 ? "done" : "FAILED (kept the old journal)",
-                  (unsigned long long) before,
+    self->compaction = made ? rdzv_journal_compact_start(self->journal, snap->records,
+                                                         rdzv_snapshot_release, snap) : NULL;
+    self->compaction_from = rdzv_journal_size(self->journal);
+    rdzv_core_log("journal", "compaction %s: %d records of the state taken in %lld ms",
+                  self->compaction ? "started" : "FAILED to start (kept the old journal)", n,
+                  (long long) (rdzv_now_ms() - t0));
+}
+
+/* Puts a finished compaction in place; wait: until it has finished. */
+static void s_compact_finish(rdzv_core_t *self, bool wait)
+{
+    int64_t t0 = rdzv_now_ms();
+    int rc = rdzv_journal_compact_finish(self->journal, &self->compaction, wait);
+    if (rc == 0)
+        return;
+    rdzv_core_log("journal", "compaction %s: %llu bytes -> %llu bytes, put in place in %lld ms",
+                  rc == 1 ? "done" : "FAILED (kept the old journal)",
+                  (unsigned long long) self->compaction_from,
                   (unsigned long long) rdzv_journal_size(self->journal),
-                  cJSON_GetArraySize(records));
-    cJSON_Delete(records);
-    if (rc == 0) {
+                  (long long) (rdzv_now_ms() - t0));
+    if (rc == 1) {
         self->compacted_size = rdzv_journal_size(self->journal);
         self->metrics.compactions++;
     }
-    return rc;
+}
+
+int rdzv_core_compact(rdzv_core_t *self)
+{
+    if (self->compaction)
+        s_compact_finish(self, true);
+    uint64_t done = self->metrics.compactions;
+    s_compact_start(self);
+    if (self->compaction)
+        s_compact_finish(self, true);
+    return self->metrics.compactions > done ? 0 : -1;
 }
 
 int rdzv_core_end(rdzv_core_t *self, rdzv_commit_t *commit)
@@ -356,11 +389,12 @@ int rdzv_core_end(rdzv_core_t *self, rdzv_commit_t *commit)
     commit->had_records = rdzv_journal_pending(j);
     int rc = s_write(self);
     rdzv_journal_sync_start(j);
-    if (rc == 0 && s_wants_compaction(self)) {
-        /* Rare: the snapshot replaces the file once what it holds is durable. */
-        rdzv_journal_wait(j, rdzv_journal_written(j));
-        rdzv_core_compact(self);
-    }
+    /* Rare: a snapshot of the state replaces the file. Its thread writes
+     * it while requests go on; a later end puts it in place. */
+    if (rc == 0 && self->compaction)
+        s_compact_finish(self, false);
+    else if (rc == 0 && s_wants_compaction(self))
+        s_compact_start(self);
     commit->gate = rdzv_journal_written(j);
     for (int t = 0; t < RDZV_MAX_SHARDS; t++)
         rdzv_batch_take(&self->batch, t, &commit->out[t]);

@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 
 #include "batch.h"
+#include "compact.h"
 #include "core.h"
 #include "quota.h"
 #include "state.h"
@@ -18,6 +19,9 @@ struct rdzv_core {
     rdzv_batch_t batch;          /* the one open batch's, between begin and end */
     rdzv_metrics_t metrics;
     uint64_t compacted_size;     /* the journal file's size after the last compaction */
+    rdzv_compaction_t *compaction;   /* one in flight (journal.h), or NULL */
+    rdzv_snapshot_t snapshot;    /* the values it holds, until its thread framed them */
+    uint64_t compaction_from;    /* the journal's size when it started */
     rdzv_rate_t *rate;
     rdzv_tokens_t *tokens;       /* --tokens DIR; NULL without */
     int64_t last_prune_ms;

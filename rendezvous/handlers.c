@@ -201,7 +201,7 @@ static void s_handle_kv(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_
     rdzv_group_t *g = s_existing(self, peer, req->group);
     if (!g || !s_epoch_ok(self, peer, g, req->epoch))
         return;
-    const char *value = zhashx_lookup(g->kv, req->key);
+    const char *value = rdzv_group_kv(g, req->key);
     if (req->op == RDZV_OP_KV_PUT) {
         /* An overwrite frees the old value: count the group without it. */
         uint64_t old = value ? strlen(req->key) + strlen(value) : 0;
@@ -226,7 +226,7 @@ static void s_handle_kv(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_
             return;
         }
         rdzv_batch_reply(self, peer, rdzv_reply_ok(req->id));
-        value = zhashx_lookup(g->kv, req->key);
+        value = rdzv_group_kv(g, req->key);
         rdzv_kv_waiter_t *w = zlistx_first(g->kv_waiters);
         while (w) {
             void *handle = zlistx_cursor(g->kv_waiters);

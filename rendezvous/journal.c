@@ -1,5 +1,4 @@
-#include "journal.h"
-#include "syncer.h"
+#include "journal_private.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,23 +13,7 @@
 #define S_HEADER 8
 #define S_MAX_RECORD (16u << 20)   /* far above any record rdzvd writes */
 
-struct rdzv_journal {
-    int fd;
-    int lock_fd;               /* the journal file itself is replaced by compaction */
-    char *dir;
-    uint64_t size;             /* written to the file (durable: the syncer says) */
-    /* Where this file starts in the journal's logical offsets: the sizes
-     * of the files compaction replaced. Gates and the syncer count in
-     * logical offsets, which only grow, so a gate taken before a compaction
-     * can never stand for bytes of the new, shorter file. */
-    uint64_t base;
-    bool replayed;             /* the journal was read once since open */
-    long repaired_at;          /* offset --repair cut at, or -1 */
-    char *buf;                 /* queued, not yet written */
-    size_t len, cap;
-    int failed_errno;          /* of a write that failed since the last check; 0: none */
-    rdzv_syncer_t *syncer;
-};
+
 
 static void s_put_u32(unsigned char *p, uint32_t v)
 {
@@ -206,6 +189,7 @@ long rdzv_journal_replay(rdzv_journal_t *self, rdzv_journal_apply_fn *apply,
         return -1;
     }
     self->size = off;
+    atomic_store(&self->published, self->size);
     /* At open what the file holds counts as on disk. A reload after a
      * failed write reads records that may still wait for their sync: what
      * is durable stays as the syncer knows it. */
@@ -273,6 +257,7 @@ int rdzv_journal_write(rdzv_journal_t *self)
         done += (size_t) n;
     }
     self->size += self->len;
+    atomic_store(&self->published, self->size);
     self->len = 0;
     return 0;
 }
@@ -323,10 +308,11 @@ double rdzv_journal_sync_busy_s(rdzv_journal_t *self)
 
 void rdzv_journal_set_sync_fn(rdzv_journal_t *self, int (*fn)(int fd))
 {
+    self->sync_fn = fn;
     rdzv_syncer_set_sync_fn(self->syncer, fn);
 }
 
-static int s_fsync_dir(const char *dir)
+int rdzv_journal_fsync_dir(const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
@@ -336,7 +322,7 @@ static int s_fsync_dir(const char *dir)
     return rc;
 }
 
-static int s_write_all(int fd, const char *buf, size_t len)
+int rdzv_journal_write_all(int fd, const char *buf, size_t len)
 {
     size_t done = 0;
     while (done < len) {
@@ -347,45 +333,6 @@ static int s_write_all(int fd, const char *buf, size_t len)
             return -1;
         done += (size_t) n;
     }
-    return 0;
-}
-
-int rdzv_journal_compact(rdzv_journal_t *self, const cJSON *records)
-{
-    if (self->len > 0)
-        return -1;
-    /* Everything the old file holds is durable before it is replaced. */
-    rdzv_syncer_wait(self->syncer, rdzv_journal_written(self));
-    rdzv_journal_t scratch = { .fd = -1 };   /* a buffer only: no syncer */
-    const cJSON *rec;
-    cJSON_ArrayForEach(rec, records)
-        if (rdzv_journal_append(&scratch, rec) < 0) {
-            free(scratch.buf);
-            return -1;
-        }
-    char tmp[4096], path[4096];
-    snprintf(tmp, sizeof tmp, "%s/journal.tmp", self->dir);
-    snprintf(path, sizeof path, "%s/journal", self->dir);
-    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    bool ok = fd >= 0 && s_write_all(fd, scratch.buf, scratch.len) == 0
-              && fdatasync(fd) == 0 && rename(tmp, path) == 0;
-    if (ok)
-        s_fsync_dir(self->dir);
-    free(scratch.buf);
-    if (!ok) {
-        if (fd >= 0)
-            close(fd);
-        unlink(tmp);
-        return -1;
-    }
-    /* The snapshot is durable (fdatasync, rename, directory fsync); the
-     * old fd closes once the syncer has let go of it. */
-    int old = self->fd;
-    self->fd = fd;
-    self->base += self->size;
-    self->size = scratch.len;
-    rdzv_syncer_reset(self->syncer, fd, rdzv_journal_written(self));
-    close(old);
     return 0;
 }
 

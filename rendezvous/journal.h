@@ -53,14 +53,33 @@ void rdzv_journal_wait(rdzv_journal_t *self, uint64_t upto);
 void rdzv_journal_sync_latency(rdzv_journal_t *self, rdzv_histogram_t *out);
 /* Seconds the fdatasync in flight has run so far (0: none). */
 double rdzv_journal_sync_busy_s(rdzv_journal_t *self);
-/* Replaces fdatasync (fault-injection tests). */
+/* Replaces fdatasync, the syncer's and compaction's (fault-injection tests). */
 void rdzv_journal_set_sync_fn(rdzv_journal_t *self, int (*fn)(int fd));
-/* Replaces the journal with records (an array of record objects), which
- * must rebuild the current state: written to a temporary file, fsynced,
- * renamed over the journal and the directory fsynced, so a crash leaves
- * either the old journal or the new one. Queued records must have been
- * written first. 0 or -1 (the old journal stays). */
-int rdzv_journal_compact(rdzv_journal_t *self, const cJSON *records);
+/* Compaction: the journal replaced by records (an array of record objects)
+ * that rebuild the current state, in two steps so that no request waits
+ * for the big write. start takes the records (copies of the state of one
+ * moment, made under the caller's lock) and hands them to a thread, which
+ * frames them, writes them to a temporary file and fsyncs it; records appended
+ * meanwhile go to the journal as ever. finish (under the lock again)
+ * copies those records onto the snapshot, fsyncs it, renames it over the
+ * journal and fsyncs the directory: a crash leaves either the old journal
+ * or the new one, each whole. Queued records must have been written before
+ * either call. */
+typedef struct rdzv_compaction rdzv_compaction_t;
+/* Takes records. The thread calls release(arg) once it has framed them
+ * (records may point into memory the caller holds for them; release NULL:
+ * none). NULL on failure (no temporary file; release was called): the
+ * journal stays. */
+rdzv_compaction_t *rdzv_journal_compact_start(rdzv_journal_t *self, cJSON *records,
+                                              void (*release)(void *), void *arg);
+/* 1: done, the new file in place; 0: the thread is still writing (only
+ * without wait); -1: failed, the old journal stays. *c is freed unless 0. */
+int rdzv_journal_compact_finish(rdzv_journal_t *self, rdzv_compaction_t **c, bool wait);
+/* Stops a compaction and throws its file away (the state it snapshot is
+ * being reloaded). */
+void rdzv_journal_compact_abort(rdzv_compaction_t **c);
+/* start and finish at once (takes records). 0 or -1. */
+int rdzv_journal_compact(rdzv_journal_t *self, cJSON *records);
 /* Where the last replay cut a journal corrupted in the middle (--repair),
  * or -1 if it cut nothing or only a torn tail. */
 long rdzv_journal_repaired_at(const rdzv_journal_t *self);

@@ -228,12 +228,26 @@ cJSON *rdzv_record_plans(const char *group, int count, const int *ranks, const i
     return rec ? s_done(rec, ok) : NULL;
 }
 
+static cJSON *s_kv(const char *group, int64_t epoch, const char *key, cJSON *value)
+{
+    cJSON *rec = value ? s_new(RDZV_REC_KV, group) : NULL;
+    if (!rec) {
+        cJSON_Delete(value);
+        return NULL;
+    }
+    return s_done(rec, cJSON_AddNumberToObject(rec, "epoch", (double) epoch)
+                       && cJSON_AddStringToObject(rec, "key", key)
+                       && cJSON_AddItemToObject(rec, "value", value));
+}
+
 cJSON *rdzv_record_kv(const char *group, int64_t epoch, const char *key, const char *value)
 {
-    cJSON *rec = s_new(RDZV_REC_KV, group);
-    return rec ? s_done(rec, cJSON_AddNumberToObject(rec, "epoch", (double) epoch)
-                             && cJSON_AddStringToObject(rec, "key", key)
-                             && cJSON_AddStringToObject(rec, "value", value)) : NULL;
+    return s_kv(group, epoch, key, cJSON_CreateString(value));
+}
+
+cJSON *rdzv_record_kv_ref(const char *group, int64_t epoch, const char *key, const char *value)
+{
+    return s_kv(group, epoch, key, cJSON_CreateStringReference(value));
 }
 
 cJSON *rdzv_record_delete(const char *group)

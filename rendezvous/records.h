@@ -56,6 +56,8 @@ cJSON *rdzv_record_complete(const char *group, int64_t epoch, cJSON *nccl_ids);
 cJSON *rdzv_record_plans(const char *group, int count, const int *ranks, const int *starts,
                          const char *const *nodes, int n);
 cJSON *rdzv_record_kv(const char *group, int64_t epoch, const char *key, const char *value);
+/* The same pointing at value, not copying it: value must outlive the record. */
+cJSON *rdzv_record_kv_ref(const char *group, int64_t epoch, const char *key, const char *value);
 cJSON *rdzv_record_delete(const char *group);
 cJSON *rdzv_record_root_done(const char *group, int64_t epoch);
 

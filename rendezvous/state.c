@@ -26,10 +26,9 @@ static void s_kv_waiter_free(void **item)
     }
 }
 
-static void s_free_string(void **item)
+static void s_free_value(void **item)
 {
-    free(*item);
-    *item = NULL;
+    rdzv_shared_unref((rdzv_shared_t **) item);
 }
 
 static void s_group_free(void **item)
@@ -69,7 +68,7 @@ static rdzv_group_t *s_group_new(const char *name, int world, rdzv_nccl_mode_t m
     g->member_chunks = calloc((size_t) (world + RDZV_MEMBER_CHUNK - 1) / RDZV_MEMBER_CHUNK,
                               sizeof *g->member_chunks);
     g->kv = zhashx_new();
-    zhashx_set_destructor(g->kv, s_free_string);
+    zhashx_set_destructor(g->kv, s_free_value);
     g->kv_waiters = zlistx_new();
     zlistx_set_destructor(g->kv_waiters, s_kv_waiter_free);
     if (!g->name || !g->member_chunks || !g->kv || !g->kv_waiters) {
@@ -137,6 +136,12 @@ int rdzv_state_pending(const rdzv_state_t *self)
     for (rdzv_group_t *g = zhashx_first(self->groups); g; g = zhashx_next(self->groups))
         n += (size_t) g->waiting + zlistx_size(g->kv_waiters);
     return (int) n;
+}
+
+const char *rdzv_group_kv(const rdzv_group_t *g, const char *key)
+{
+    const rdzv_shared_t *v = zhashx_lookup(g->kv, key);
+    return v ? v->text : NULL;
 }
 
 rdzv_member_t *rdzv_group_member(rdzv_group_t *g, int rank)

@@ -62,7 +62,9 @@ typedef struct {
     /* The part of every rank's assignment that is the same for all ranks of
      * the epoch, formatted once: with and without the members list. */
     rdzv_shared_t *shared[2];
-    zhashx_t *kv;                /* key -> value, current epoch only */
+    /* key -> value (rdzv_shared_t: a compaction in flight holds references
+     * to the values it writes instead of copies), current epoch only. */
+    zhashx_t *kv;
     zlistx_t *kv_waiters;        /* rdzv_kv_waiter_t */
     uint64_t kv_bytes;           /* keys + values of the current epoch */
     int64_t heard_ms;            /* last join or heartbeat (memory only; 0 after a load) */
@@ -87,6 +89,8 @@ int rdzv_state_pending(const rdzv_state_t *self);
  * every live change goes through after it is journaled. 0, or -1 for a
  * record that does not fit the state (nothing changed then). */
 int rdzv_state_apply(void *self, const cJSON *record);
+/* key's value in g's current epoch, NULL if none. */
+const char *rdzv_group_kv(const rdzv_group_t *g, const char *key);
 
 /* A new group, held by the state; NULL if the name is taken or out of
  * memory. */

@@ -5,6 +5,7 @@
 #include <check.h>
 #include <malloc.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -361,6 +362,17 @@ END_TEST
  * it has doubled. Before, it ran at every commit after the first (journal
  * offsets only grow), and a state bigger than the limit would stay bigger
  * after each rewrite. */
+/* Commits until the compaction in flight, if any, is in place: its thread
+ * writes the snapshot while requests go on. */
+static void s_settle_compaction(void)
+{
+    for (int i = 0; core->compaction && i < 5000; i++) {
+        usleep(1000);
+        ck_assert_int_eq(drive_commit(core, now, NULL, NULL), 0);
+    }
+    ck_assert_ptr_null(core->compaction);
+}
+
 START_TEST(test_compaction_not_every_commit)
 {
     rdzv_core_destroy(&core);
@@ -373,9 +385,11 @@ START_TEST(test_compaction_not_every_commit)
     char big[1501];
     memset(big, 'x', sizeof big - 1);
     big[sizeof big - 1] = '\0';
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 4; i++) {
         s_send(1, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"k%d\","
                "\"value\":\"%s\"}", i, big);
+        s_settle_compaction();
+    }
     uint64_t compactions = core->metrics.compactions;
     ck_assert_uint_ge(compactions, 1);
     ck_assert_uint_gt(rdzv_journal_size(core->journal), cfg.compact_bytes);  /* the state alone */
@@ -383,6 +397,7 @@ START_TEST(test_compaction_not_every_commit)
         s_send(1, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"s\","
                "\"value\":\"%d\"}", i);
         ck_assert_int_eq(drive_commit(core, now, NULL, NULL), 0);
+        s_settle_compaction();
     }
     ck_assert_uint_eq(core->metrics.compactions, compactions);
     /* Once the file has doubled it is compacted again, and only then. */
@@ -392,9 +407,62 @@ START_TEST(test_compaction_not_every_commit)
         ck_assert_uint_le(rdzv_journal_size(core->journal), 2 * left);
         s_send(1, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"k%d\","
                "\"value\":\"%s\"}", puts++ % 4, big);
+        s_settle_compaction();
     }
     ck_assert_uint_eq(core->metrics.compactions, compactions + 1);
     ck_assert_int_gt(puts, 1);
+    s_clear_replies();
+}
+END_TEST
+
+/* A compaction's snapshot is written by a thread of its own: while its
+ * fdatasync is held, puts go on and are answered, and once it is in place
+ * they are in the new journal too (a restart reads them back). */
+static atomic_int s_hold_snapshot;
+
+static int s_snapshot_sync(int fd)
+{
+    char link[64], path[4096] = "";
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, sizeof path - 1);
+    bool snapshot = n > 0 && (path[n] = '\0', strstr(path, "journal.tmp") != NULL);
+    while (snapshot && atomic_load(&s_hold_snapshot))
+        usleep(1000);
+    return fdatasync(fd);
+}
+
+START_TEST(test_compaction_off_the_lock)
+{
+    rdzv_config_t cfg = s_config();
+    cfg.compact_bytes = 4096;
+    s_reopen_cfg(cfg);
+    rdzv_journal_set_sync_fn(core->journal, s_snapshot_sync);
+    atomic_store(&s_hold_snapshot, 1);
+    s_join(0, "a", 1, 0, "n0", "s0");
+    char big[1501];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    for (int i = 0; i < 8 && !core->compaction; i++)
+        s_send(1, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"k%d\","
+               "\"value\":\"%s\"}", i, big);
+    ck_assert_ptr_nonnull(core->compaction);          /* started, and held */
+    for (int i = 0; i < 20; i++) {
+        s_send(2, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"m%d\","
+               "\"value\":\"during\"}", i);
+        ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[2], "ok")));
+    }
+    ck_assert_ptr_nonnull(core->compaction);          /* still writing */
+    ck_assert_uint_eq(core->metrics.compactions, 0);
+    atomic_store(&s_hold_snapshot, 0);
+    s_settle_compaction();
+    ck_assert_uint_eq(core->metrics.compactions, 1);
+    s_reopen_cfg(s_config());
+    for (int i = 0; i < 20; i += 19) {
+        s_send(3, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"a\",\"epoch\":1,\"key\":\"m%d\"}", i);
+        ck_assert_str_eq(cJSON_GetObjectItem(replies[3], "value")->valuestring, "during");
+    }
+    s_send(3, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"a\",\"epoch\":1,\"key\":\"k0\"}");
+    ck_assert_str_eq(cJSON_GetObjectItem(replies[3], "value")->valuestring, big);
     s_clear_replies();
 }
 END_TEST
@@ -497,7 +565,7 @@ static void s_rewrite_journal(const cJSON *records)
     char err[256];
     rdzv_journal_t *j = rdzv_journal_open(dir, false, err, sizeof err);
     ck_assert_msg(j != NULL, "%s", err);
-    ck_assert_int_eq(rdzv_journal_compact(j, records), 0);
+    ck_assert_int_eq(rdzv_journal_compact(j, cJSON_Duplicate(records, 1)), 0);
     rdzv_journal_destroy(&j);
 }
 
@@ -1006,6 +1074,7 @@ int main(void)
     tcase_add_test(tc, test_restart_keeps_a_done_root_epoch);
     tcase_add_test(tc, test_restart_with_a_lost_root);
     tcase_add_test(tc, test_compaction_keeps_state);
+    tcase_add_test(tc, test_compaction_off_the_lock);
     tcase_add_test(tc, test_compaction_not_every_commit);
     tcase_add_test(tc, test_limits);
     tcase_add_test(tc, test_join_refused_for_waits_makes_no_group);
