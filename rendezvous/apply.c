@@ -41,7 +41,8 @@ static int s_apply_join(rdzv_state_t *self, rdzv_group_t *g, const rdzv_record_t
      * of them in the release the last rank waits for. */
     if (s_set(&m->host, host) < 0 || s_set(&m->node, node) < 0
         || s_set(&m->session, session) < 0
-        || !(m->plan_node = rdzv_plans_node(self->plans, node)))
+        || !(m->plan_node = rdzv_plans_node(self->plans, node))
+        || rdzv_state_host_node(self, host, node) < 0)
         return -1;
     if (epoch == g->epoch && m->epoch < epoch)
         g->joined++;
@@ -67,6 +68,8 @@ static int s_apply_epoch(rdzv_state_t *self, rdzv_group_t *g, const rdzv_record_
     g->nccl_ids = NULL;
     cJSON_Delete(g->rank0_ids);
     g->rank0_ids = NULL;
+    cJSON_Delete(g->overlaps);
+    g->overlaps = NULL;
     for (int i = 0; i < 2; i++)
         rdzv_shared_unref(&g->shared[i]);
     zhashx_purge(g->kv);

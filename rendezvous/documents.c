@@ -114,6 +114,8 @@ static cJSON *s_status(const rdzv_state_t *st, rdzv_group_t *g, int64_t now_ms)
     if (g->nccl_mode == RDZV_NCCL_SERVER && g->complete)
         cJSON_AddStringToObject(item, "nccl_root", s_root_state(g));
     s_add_ids(item, g);
+    if (g->overlaps)
+        cJSON_AddItemToObject(item, "plan_overlaps", cJSON_Duplicate(g->overlaps, 1));
     cJSON_AddItemToObject(item, "members", s_members(st, g, true, now_ms));
     return item;
 }

@@ -267,6 +267,20 @@ void rdzv_plans_foreach(const rdzv_plans_t *self, const char *group, rdzv_plans_
     zlistx_destroy(&names);
 }
 
+const char *rdzv_plans_overlap(const rdzv_plans_t *self, const char *node, const char *group,
+                               int start, int count, int *rank)
+{
+    const s_node_t *n = zhashx_lookup(self->nodes, node);
+    for (size_t i = 0; n && i < n->n && n->blocks[i].start < start + count; i++) {
+        const s_block_t *b = &n->blocks[i];
+        if (b->start + b->count > start && !streq(b->group->name, group)) {
+            *rank = b->rank;
+            return b->group->name;
+        }
+    }
+    return NULL;
+}
+
 int rdzv_plans_count(const rdzv_plans_t *self, const char *node)
 {
     s_node_t *n = zhashx_lookup(self->nodes, node);

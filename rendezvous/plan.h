@@ -45,6 +45,11 @@ void rdzv_plans_forget(rdzv_plans_t *self, const char *node, const char *group, 
 /* Calls fn for every block of group, on every node (node valid during the call only). */
 typedef void (rdzv_plans_fn)(void *arg, const char *node, int rank, int start, int count);
 void rdzv_plans_foreach(const rdzv_plans_t *self, const char *group, rdzv_plans_fn *fn, void *arg);
+/* A block on node, of a group other than group, that overlaps [start,
+ * start+count): that group's name (valid until the plans change) and
+ * *rank its rank; NULL if none. */
+const char *rdzv_plans_overlap(const rdzv_plans_t *self, const char *node, const char *group,
+                               int start, int count, int *rank);
 /* Number of blocks recorded on node. */
 int rdzv_plans_count(const rdzv_plans_t *self, const char *node);
 

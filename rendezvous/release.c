@@ -108,6 +108,55 @@ static int s_lay_out_plans(rdzv_batch_t *self, rdzv_group_t *g, int *starts)
     return code ? -1 : 0;
 }
 
+#define S_OVERLAPS_SHOWN 8
+
+/* Different nodes may reuse port numbers because they are different network
+ * namespaces; two nodes of one host address are one (hostNetwork Pods), and
+ * their blocks must not overlap. Notes in g->overlaps (for status) and in
+ * the log every rank whose block another node of its address also holds. */
+static void s_check_overlaps(rdzv_batch_t *self, rdzv_group_t *g, const int *starts)
+{
+    cJSON_Delete(g->overlaps);
+    g->overlaps = NULL;
+    if (!self->state->shared_hosts)
+        return;                  /* the usual case: one node per address */
+    int count = rdzv_plans_ports_per_rank(self->state->plans), found = 0;
+    for (int r = 0; r < g->world; r++) {
+        const rdzv_member_t *m = rdzv_group_at(g, r);
+        zlistx_t *nodes = zhashx_lookup(self->state->host_nodes, m->host);
+        if (!nodes || zlistx_size(nodes) < 2)
+            continue;
+        for (const char *n = zlistx_first(nodes); n; n = zlistx_next(nodes)) {
+            int other_rank = -1;
+            const char *other = strcmp(n, m->node) == 0 ? NULL
+                : rdzv_plans_overlap(self->state->plans, n, g->name, starts[r], count,
+                                     &other_rank);
+            if (!other)
+                continue;
+            if (!found++)
+                rdzv_core_log("overlap", "group=%s rank=%d node=%s shares host %s with node=%s, "
+                              "whose group=%s rank=%d holds ports in %d..%d: ranks on one "
+                              "network namespace need one node name", g->name, r, m->node,
+                              m->host, n, other, other_rank, starts[r], starts[r] + count - 1);
+            if (found > S_OVERLAPS_SHOWN)
+                continue;
+            if (!g->overlaps)
+                g->overlaps = cJSON_CreateArray();
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "rank", r);
+            cJSON_AddStringToObject(o, "host", m->host);
+            cJSON_AddStringToObject(o, "node", m->node);
+            cJSON_AddStringToObject(o, "other_node", n);
+            cJSON_AddStringToObject(o, "other_group", other);
+            cJSON_AddNumberToObject(o, "other_rank", other_rank);
+            cJSON_AddItemToArray(g->overlaps, o);
+        }
+    }
+    if (found > 1)
+        rdzv_core_log("overlap", "group=%s: %d blocks overlap another node's on the same host",
+                      g->name, found);
+}
+
 /* The epoch's IDs: made by the helper (server mode), brought by rank 0
  * (rank0 mode; 1 = wait, rank 0 resends them after a rdzvd restart), or none. */
 static int s_make_nccl_ids(rdzv_batch_t *self, rdzv_group_t *g, cJSON **ids)
@@ -163,6 +212,7 @@ void rdzv_group_release(rdzv_batch_t *self, rdzv_group_t *g)
         free(starts);
         return;
     }
+    s_check_overlaps(self, g, starts);
     int64_t t_laid = rdzv_trace_ns();
     if (rdzv_batch_record(self, rdzv_record_complete(g->name, g->epoch, ids)) < 0) {
         rdzv_ncclroot_destroy(&g->root);

@@ -48,6 +48,7 @@ static void s_group_free(void **item)
     zlistx_destroy(&g->kv_waiters);
     cJSON_Delete(g->nccl_ids);
     cJSON_Delete(g->rank0_ids);
+    cJSON_Delete(g->overlaps);
     rdzv_shared_unref(&g->shared[0]);
     rdzv_shared_unref(&g->shared[1]);
     free(g->name);
@@ -79,21 +80,48 @@ static rdzv_group_t *s_group_new(const char *name, int world, rdzv_nccl_mode_t m
     return g;
 }
 
+static void s_list_free(void **item)
+{
+    zlistx_destroy((zlistx_t **) item);
+}
+
+int rdzv_state_host_node(rdzv_state_t *self, const char *host, const char *node)
+{
+    zlistx_t *nodes = zhashx_lookup(self->host_nodes, host);
+    if (!nodes) {
+        if (!(nodes = zlistx_new()))
+            return -1;
+        zlistx_set_duplicator(nodes, (zlistx_duplicator_fn *) strdup);
+        zlistx_set_destructor(nodes, (zlistx_destructor_fn *) zstr_free);
+        zlistx_set_comparator(nodes, (zlistx_comparator_fn *) strcmp);
+        zhashx_insert(self->host_nodes, host, nodes);
+    }
+    if (zlistx_find(nodes, (void *) node))
+        return 0;
+    if (!zlistx_add_end(nodes, (void *) node))
+        return -1;
+    self->shared_hosts += zlistx_size(nodes) == 2;
+    return 0;
+}
+
 int rdzv_state_init(rdzv_state_t *self, const rdzv_config_t *cfg)
 {
     *self = (rdzv_state_t) { .cfg = cfg };
     self->groups = zhashx_new();
+    self->host_nodes = zhashx_new();
     self->plans = rdzv_plans_new(cfg->port_base, cfg->ports_per_rank, cfg->port_limit);
-    if (!self->groups || !self->plans) {
+    if (!self->groups || !self->plans || !self->host_nodes) {
         rdzv_state_clear(self);
         return -1;
     }
     zhashx_set_destructor(self->groups, s_group_free);
+    zhashx_set_destructor(self->host_nodes, s_list_free);
     return 0;
 }
 
 void rdzv_state_clear(rdzv_state_t *self)
 {
+    zhashx_destroy(&self->host_nodes);
     zhashx_destroy(&self->groups);
     rdzv_plans_destroy(&self->plans);
 }

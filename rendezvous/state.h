@@ -68,6 +68,9 @@ typedef struct {
     zlistx_t *kv_waiters;        /* rdzv_kv_waiter_t */
     uint64_t kv_bytes;           /* keys + values of the current epoch */
     int64_t heard_ms;            /* last join or heartbeat (memory only; 0 after a load) */
+    /* The epoch's ports that another node of the same host address holds
+     * too (release.c), for status; NULL: none. */
+    cJSON *overlaps;
 } rdzv_group_t;
 
 typedef struct {
@@ -76,6 +79,10 @@ typedef struct {
     rdzv_plans_t *plans;
     uint64_t kv_bytes;           /* every group's kv_bytes, summed */
     int64_t ranks;               /* every group's world, summed */
+    /* host address -> the node names ranks joined with from it (zlistx of
+     * strings): two nodes of one address share one network namespace. */
+    zhashx_t *host_nodes;
+    int shared_hosts;            /* addresses with more than one node */
 } rdzv_state_t;
 
 /* An empty state under cfg (which must outlive it). 0, or -1 (a bad port
@@ -83,6 +90,8 @@ typedef struct {
 int rdzv_state_init(rdzv_state_t *self, const rdzv_config_t *cfg);
 void rdzv_state_clear(rdzv_state_t *self);
 rdzv_group_t *rdzv_state_group(const rdzv_state_t *self, const char *name);
+/* Records that ranks joined from host with node; 0 or -1. */
+int rdzv_state_host_node(rdzv_state_t *self, const char *host, const char *node);
 /* Joins and kv waits pending now. */
 int rdzv_state_pending(const rdzv_state_t *self);
 /* Applies one journal record (apply.c): the replay's callback, and what

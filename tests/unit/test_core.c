@@ -1016,6 +1016,42 @@ START_TEST(test_restart_with_a_lost_root)
 }
 END_TEST
 
+/* Two nodes of one host address are one network namespace: their plans
+ * must not overlap, and when they do, status says so. Nodes of different
+ * addresses reuse numbers freely. */
+static void s_join_at(int who, const char *group, const char *host, const char *node)
+{
+    s_send(who, "{\"v\":1,\"op\":\"join\",\"group\":\"%s\",\"world\":1,\"rank\":0,"
+           "\"host\":\"%s\",\"node\":\"%s\",\"session\":\"s\"}", group, host, node);
+}
+
+static const cJSON *s_status_of(int who, const char *group)
+{
+    s_send(who, "{\"v\":1,\"op\":\"status\",\"group\":\"%s\"}", group);
+    return cJSON_GetArrayItem(cJSON_GetObjectItem(replies[who], "groups"), 0);
+}
+
+START_TEST(test_overlapping_plans_on_one_host)
+{
+    s_join_at(1, "a", "10.1.0.1", "pod-a");
+    s_join_at(2, "b", "10.1.0.2", "pod-b");          /* another address: fine */
+    ck_assert_int_eq(s_field(s_assignment(1), "master_port"), 19500);
+    ck_assert_int_eq(s_field(s_assignment(2), "master_port"), 19500);
+    ck_assert_ptr_null(cJSON_GetObjectItem(s_status_of(5, "b"), "plan_overlaps"));
+    s_join_at(3, "c", "10.1.0.1", "pod-c");          /* a's address, another node name */
+    ck_assert_int_eq(s_field(s_assignment(3), "master_port"), 19500);
+    const cJSON *o = cJSON_GetArrayItem(cJSON_GetObjectItem(s_status_of(5, "c"), "plan_overlaps"), 0);
+    ck_assert_ptr_nonnull(o);
+    ck_assert_str_eq(cJSON_GetObjectItem(o, "other_node")->valuestring, "pod-a");
+    ck_assert_str_eq(cJSON_GetObjectItem(o, "other_group")->valuestring, "a");
+    ck_assert_str_eq(cJSON_GetObjectItem(o, "host")->valuestring, "10.1.0.1");
+    s_join_at(4, "d", "10.1.0.1", "pod-a");          /* the same node: a block of its own */
+    ck_assert_int_eq(s_field(s_assignment(4), "master_port"), 19532);
+    ck_assert_ptr_null(cJSON_GetObjectItem(s_status_of(5, "d"), "plan_overlaps"));
+    s_clear_replies();
+}
+END_TEST
+
 START_TEST(test_rank0_mode)
 {
     /* Rank 1 creates the group in rank0 mode and waits for rank 0's IDs. */
@@ -1071,6 +1107,7 @@ int main(void)
     tcase_add_test(tc, test_ports_exhausted);
     tcase_add_test(tc, test_status);
     tcase_add_test(tc, test_rank0_mode);
+    tcase_add_test(tc, test_overlapping_plans_on_one_host);
     tcase_add_test(tc, test_restart_keeps_a_done_root_epoch);
     tcase_add_test(tc, test_restart_with_a_lost_root);
     tcase_add_test(tc, test_compaction_keeps_state);
