@@ -419,6 +419,12 @@ void rdzv_core_count_dropped(rdzv_core_t *self, rdzv_drop_reason_t why, unsigned
     atomic_fetch_add(&self->replies_dropped[why], n);
 }
 
+void rdzv_core_set_fds_short(rdzv_core_t *self, bool shortage, long limit)
+{
+    atomic_store(&self->fds_short, shortage);
+    atomic_store(&self->fds_limit, limit);
+}
+
 void rdzv_core_stats(rdzv_core_t *self, int64_t now_ms, rdzv_core_stats_t *out)
 {
     pthread_mutex_lock(&self->lock);
@@ -437,6 +443,8 @@ void rdzv_core_stats(rdzv_core_t *self, int64_t now_ms, rdzv_core_stats_t *out)
     pthread_mutex_unlock(&self->lock);
     for (int i = 0; i < RDZV_DROP_REASONS; i++)
         out->replies_dropped[i] = atomic_load(&self->replies_dropped[i]);
+    out->fds_short = atomic_load(&self->fds_short);
+    out->fds_limit = (unsigned long long) atomic_load(&self->fds_limit);
 }
 
 cJSON *rdzv_core_status_json(rdzv_core_t *self, const char *group, int64_t now_ms)

@@ -84,11 +84,16 @@ extern const char *const rdzv_drop_reason_names[RDZV_DROP_REASONS];
 /* Counts n such replies (any thread, no lock). */
 void rdzv_core_count_dropped(rdzv_core_t *self, rdzv_drop_reason_t why, unsigned n);
 
+/* Whether rdzvd is close to its limit on open files (shard.c watches);
+ * any thread. */
+void rdzv_core_set_fds_short(rdzv_core_t *self, bool shortage, long limit);
+
 /* What /metrics shows. Takes the lock. */
 typedef struct {
     rdzv_metrics_t metrics;
     unsigned long long groups, ranks_joined, ranks_live, journal_bytes;
     unsigned long long replies_dropped[RDZV_DROP_REASONS];
+    unsigned long long fds_limit, fds_short;
     rdzv_histogram_t fsync;
 } rdzv_core_stats_t;
 void rdzv_core_stats(rdzv_core_t *self, int64_t now_ms, rdzv_core_stats_t *out);

@@ -186,6 +186,11 @@ static void s_render_metrics(const rdzv_core_stats_t *st, FILE *f)
              m->groups_expired);
     s_metric(f, "rdzv_journal_compactions_total", "counter",
              "Journal rewrites as the records of the current state.", m->compactions);
+    s_metric(f, "rdzv_open_files_limit", "gauge",
+             "rdzvd's limit on open files (each connection is one).", st->fds_limit);
+    s_metric(f, "rdzv_open_files_near_limit", "gauge",
+             "Whether fewer than a twentieth of the limit is left (1): connections soon fail.",
+             st->fds_short);
     fprintf(f, "# HELP rdzv_replies_dropped_total Replies not sent: the peer's queue was full "
             "(slow_reader) or the peer was gone.\n# TYPE rdzv_replies_dropped_total counter\n");
     for (int i = 0; i < RDZV_DROP_REASONS; i++)

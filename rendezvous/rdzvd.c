@@ -3,6 +3,7 @@
 #include "core.h"
 #include "log.h"
 #include "cpus.h"
+#include "fds.h"
 #include "http.h"
 #include "listen.h"
 #include "server.h"
@@ -337,6 +338,7 @@ int main(int argc, char **argv)
      * 64 MiB at a time instead of a page range at a time took 12 % off
      * rdzvd's CPU per rank on the device. Untouched pages cost no RSS. */
     mallopt(M_TOP_PAD, 64 << 20);
+    long fds = rdzv_fds_raise();
     /* A release's outbox (~330 bytes per rank) and the journal's buffer
      * would each be a fresh mmap and munmap past glibc's fixed 128 KiB
      * threshold (fixed once M_TOP_PAD is set): page faults on every
@@ -403,8 +405,8 @@ int main(int argc, char **argv)
     if (http)
         rdzv_core_log("http", "port=%d", rdzv_http_port(http));
     rdzv_core_log("start", "version=%s endpoint=%s shards=%d listeners=%d io_threads=%d state=%s "
-                  "ports=[%d,%d) per_rank=%d nccl=%s", RDZV_VERSION, rdzv_server_endpoint(server),
-                  shards, listeners, io_threads, o.cfg.state_dir,
+                  "open_files=%ld ports=[%d,%d) per_rank=%d nccl=%s", RDZV_VERSION,
+                  rdzv_server_endpoint(server), shards, listeners, io_threads, o.cfg.state_dir, fds,
                   o.cfg.port_base, o.cfg.port_limit, o.cfg.ports_per_rank,
                   o.cfg.nccl_helper ? o.cfg.nccl_helper : "none");
     /* The log first: whoever waits for the endpoint file (a test, a probe)

@@ -1,4 +1,6 @@
 #include "shard.h"
+#include "fds.h"
+#include "log.h"
 #include "trace.h"
 #include "rdzv_proto.h"
 #include "rdzv_util.h"
@@ -8,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #define S_BATCH 4096                 /* requests handled before one commit */
@@ -359,8 +362,30 @@ static void s_on_router(rdzv_shard_t *self)
     s_commit_and_send(self, false);
 }
 
+/* At the limit on open files libzmq can accept nobody and rdzvd's ranks get
+ * no reply: say so, once a minute at most, and on /metrics. */
+static void s_watch_fds(rdzv_shard_set_t *set, int64_t now, int64_t *next_check,
+                        int64_t *next_log)
+{
+    if (now < *next_check)
+        return;
+    *next_check = now + 1000;
+    struct rlimit r;
+    long limit = getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur != RLIM_INFINITY
+                 ? (long) r.rlim_cur : -1;
+    bool shortage = limit > 0 && rdzv_fds_short(rdzv_fds_reserve(limit));
+    rdzv_core_set_fds_short(set->core, shortage, limit);
+    if (shortage && now >= *next_log) {
+        *next_log = now + 60000;
+        rdzv_core_log("fds", "fewer than %d of %ld open files are left: new connections will "
+                      "fail (raise the limit: LimitNOFILE, ulimit -n)", rdzv_fds_reserve(limit),
+                      limit);
+    }
+}
+
 void rdzv_shard_loop(rdzv_shard_t *self)
 {
+    int64_t next_fds = 0, next_fds_log = 0;
     rdzv_shard_set_t *set = self->set;
     int64_t next_tick = rdzv_now_ms() + S_TICK_MS;
     while (!atomic_load(&set->stopping)) {
@@ -383,6 +408,7 @@ void rdzv_shard_loop(rdzv_shard_t *self)
         if (rc > 0 && (items[0].revents & ZMQ_POLLIN))
             s_on_router(self);
         if (self->index == 0 && rdzv_now_ms() >= next_tick) {
+            s_watch_fds(set, rdzv_now_ms(), &next_fds, &next_fds_log);
             s_commit_and_send(self, true);
             next_tick = rdzv_now_ms() + S_TICK_MS;
         }

@@ -28,6 +28,7 @@ CASES = {
     "half_message": fault_network.case_half_message,
     "stalled_peers": fault_network.case_stalled_peers,
     "slow_readers": fault_network.case_slow_readers,
+    "fd_limit": fault_network.case_fd_limit,
     "vanish_10k": fault_network.case_vanish_10k,
     "agent_sigkill": fault_agent.case_agent_sigkill,
     "rdzvd_restart_reservations": fault_agent.case_rdzvd_restart_reservations,

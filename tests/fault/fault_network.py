@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 import time
 
-from faultlib import (Fail, Server, TAP, check, cli, join, join_async, keygen, require_flag,
+from faultlib import (Fail, Server, Skip, TAP, check, cli, join, join_async, keygen, require_flag,
                      status, timed_join, wait_for)
 
 # --- half messages and connection storms -------------------------------------
@@ -221,6 +221,50 @@ def case_slow_readers(opts):
         rc, st, err = status(opts, srv.endpoint, "big")
         dt = time.monotonic() - t0
         TAP.ok(rc == 0 and dt < 1.0, "meanwhile a status is answered in %.0f ms" % (dt * 1000))
+    finally:
+        for s in held:
+            s.close()
+        srv.close()
+
+
+def case_fd_limit(opts):
+    """Close to its limit on open files rdzvd says so (log and /metrics)
+    instead of failing quietly; with the peers gone it says so no more and
+    serves. Under prlimit --nofile=256:256 (rdzvd raises its soft limit to
+    the hard one, so both are set)."""
+    if not shutil.which("prlimit"):
+        raise Skip("prlimit (util-linux) is not installed")
+
+    class Limited(Server):
+        prefix = ("prlimit", "--nofile=256:256")
+    srv = Limited(opts, extra=("--http", "0"))
+    held = []
+    try:
+        port = int(wait_for(lambda: re.search(r"http port=(\d+)", srv.log()), "the http port")
+                   .group(1))
+
+        def near():
+            m = re.search(r"^rdzv_open_files_near_limit (\d+)$", http_get(port, "/metrics"), re.M)
+            return int(m.group(1)) if m else -1
+        first = near()
+        TAP.ok(first == 0 and "open_files=256" in srv.log(),
+               "at start: a limit of 256 open files, not near it (gauge %d)" % first)
+        # Into the last 64, leaving a few for /metrics to answer on.
+        while srv.fd_count() < 256 - 24:
+            held.append(handshake(srv.endpoint))
+        wait_for(lambda: "fewer than 64 of 256 open files are left" in srv.log(),
+                 "the log line", timeout=10)
+        TAP.ok(True, "with %d peers connected the log says open files are running out"
+               % len(held))
+        TAP.ok(wait_for(lambda: near() == 1, "the gauge", timeout=10),
+               "and /metrics shows rdzv_open_files_near_limit 1")
+        for s in held:
+            s.close()
+        held.clear()
+        wait_for(lambda: near() == 0, "the gauge to clear", timeout=10)
+        rc, _, err = join(opts, srv.endpoint, "fds", 1, 0)
+        TAP.ok(rc == 0, "the peers gone, the gauge is 0 and a join is served (rc %d %s)"
+               % (rc, err.strip()[:100]))
     finally:
         for s in held:
             s.close()

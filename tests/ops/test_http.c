@@ -368,7 +368,7 @@ START_TEST(test_metrics_well_formed)
     }
     /* Every family rdzvd documents (rdzvd.8), the two dropped-reply reasons
      * among the samples. */
-    ck_assert_int_eq(ntyped, 15);
+    ck_assert_int_eq(ntyped, 17);
     ck_assert_ptr_nonnull(strstr(r.head, "200"));
     s_fetch("/metrics", &r);
     ck_assert_ptr_nonnull(strstr(r.body, "rdzv_replies_dropped_total{reason=\"slow_reader\"} 0"));

@@ -1,0 +1,17 @@
+/* rdzvd's open files: every connection is one, and at the limit libzmq
+ * can accept no one. */
+#ifndef RDZV_FDS_H
+#define RDZV_FDS_H
+
+#include <stdbool.h>
+
+/* Raises the soft limit on open files to the hard one (a shell's default
+ * of 1024 is a thousand connections); returns the limit now. */
+long rdzv_fds_raise(void);
+/* Whether fewer than reserve descriptors are left below the limit: one
+ * fcntl, however many are open. */
+bool rdzv_fds_short(int reserve);
+/* The reserve that counts as short for limit: a twentieth, at least 64. */
+int rdzv_fds_reserve(long limit);
+
+#endif
