@@ -15,6 +15,13 @@
 #include "state.h"
 #include "tokens.h"
 
+/* A release whose records are made and whose replies are not yet queued. */
+typedef struct {
+    rdzv_group_t *group;         /* NULL: none */
+    int *starts;                 /* each rank's first port */
+    int64_t t_start, t_laid, t_recorded;   /* trace.h */
+} rdzv_release_t;
+
 typedef struct {
     rdzv_state_t *state;
     const rdzv_config_t *cfg;
@@ -28,6 +35,7 @@ typedef struct {
      * upper bound that keeps the limit check O(1) until it gets close. */
     int pending_at_tick, added_since_tick;
     int released;                /* ranks released since the last commit */
+    rdzv_release_t releasing;
     rdzv_tokens_t *tokens;       /* --tokens; NULL: none */
 } rdzv_batch_t;
 

@@ -151,6 +151,22 @@ void rdzv_core_begin(rdzv_core_t *self, int64_t now_ms)
     self->batch.now_ms = now_ms;
 }
 
+/* A group the request released: every one of its ranks waits for this
+ * batch's sync, so for a large one the disk starts on its records now,
+ * while its replies are queued and handed out; none leaves before they are
+ * durable (shard.c). Small groups queue faster than the sync thread wakes:
+ * their records wait for the batch's end. A failed write here is the end's
+ * to report (rdzv_journal_take_failure). */
+static void s_answer_release(rdzv_core_t *self)
+{
+    rdzv_group_t *g = self->batch.releasing.group;
+    if (!g)
+        return;
+    if (g->world >= S_URGENT_RANKS && rdzv_journal_write(self->journal) == 0)
+        rdzv_journal_sync_start(self->journal);
+    rdzv_release_answer(&self->batch);
+}
+
 void rdzv_core_handle(rdzv_core_t *self, const rdzv_peer_t *peer, rdzv_parsed_t *parsed)
 {
     assert(self->in_batch);
@@ -178,6 +194,7 @@ void rdzv_core_handle(rdzv_core_t *self, const rdzv_peer_t *peer, rdzv_parsed_t 
                          req->group);
     else
         rdzv_handle_request(b, &from, req);
+    s_answer_release(self);
     if (parsed->rc >= 0)
         rdzv_request_clear(req);
     parsed->rc = -1;
@@ -227,6 +244,8 @@ static void s_tick_group(rdzv_batch_t *b, rdzv_group_t *g)
         rdzv_ncclroot_destroy(&g->root);
         rdzv_batch_record(b, rdzv_record_root_done(g->name, g->epoch));
     }
+    if (g->overlaps_due)
+        rdzv_group_check_overlaps(b, g);
 }
 
 /* Whether g is a group abandoned while forming its first epoch: nobody

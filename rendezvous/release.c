@@ -108,38 +108,44 @@ static int s_lay_out_plans(rdzv_batch_t *self, rdzv_group_t *g, int *starts)
     return code ? -1 : 0;
 }
 
+/* Overlaps noted per group (status), and other nodes of one address looked
+ * at per rank: the check is bounded whatever the layout. */
 #define S_OVERLAPS_SHOWN 8
+#define S_NODES_CHECKED 8
 
-/* Different nodes may reuse port numbers because they are different network
- * namespaces; two nodes of one host address are one (hostNetwork Pods), and
- * their blocks must not overlap. Notes in g->overlaps (for status) and in
- * the log every rank whose block another node of its address also holds. */
-static void s_check_overlaps(rdzv_batch_t *self, rdzv_group_t *g, const int *starts)
+void rdzv_group_check_overlaps(rdzv_batch_t *self, rdzv_group_t *g)
 {
+    g->overlaps_due = false;
     cJSON_Delete(g->overlaps);
     g->overlaps = NULL;
-    if (!self->state->shared_hosts)
+    if (!self->state->shared_hosts || !g->complete)
         return;                  /* the usual case: one node per address */
     int count = rdzv_plans_ports_per_rank(self->state->plans), found = 0;
-    for (int r = 0; r < g->world; r++) {
+    for (int r = 0; r < g->world && found < S_OVERLAPS_SHOWN; r++) {
         const rdzv_member_t *m = rdzv_group_at(g, r);
-        zlistx_t *nodes = zhashx_lookup(self->state->host_nodes, m->host);
-        if (!nodes || zlistx_size(nodes) < 2)
+        zhashx_t *nodes = m ? zhashx_lookup(self->state->host_nodes, m->host) : NULL;
+        if (!nodes || zhashx_size(nodes) < 2)
             continue;
-        for (const char *n = zlistx_first(nodes); n; n = zlistx_next(nodes)) {
+        int start = rdzv_plans_find(self->state->plans, m->node, g->name, r), checked = 0;
+        for (void *it = zhashx_first(nodes); it && start >= 0 && checked < S_NODES_CHECKED;
+             it = zhashx_next(nodes)) {
+            const char *n = zhashx_cursor(nodes);
             int other_rank = -1;
-            const char *other = strcmp(n, m->node) == 0 ? NULL
-                : rdzv_plans_overlap(self->state->plans, n, g->name, starts[r], count,
-                                     &other_rank);
+            const char *other = NULL;
+            if (strcmp(n, m->node) != 0) {
+                checked++;
+                other = rdzv_plans_overlap(self->state->plans, n, g->name, start, count,
+                                           &other_rank);
+            }
             if (!other)
                 continue;
             if (!found++)
                 rdzv_core_log("overlap", "group=%s rank=%d node=%s shares host %s with node=%s, "
                               "whose group=%s rank=%d holds ports in %d..%d: ranks on one "
                               "network namespace need one node name", g->name, r, m->node,
-                              m->host, n, other, other_rank, starts[r], starts[r] + count - 1);
+                              m->host, n, other, other_rank, start, start + count - 1);
             if (found > S_OVERLAPS_SHOWN)
-                continue;
+                break;
             if (!g->overlaps)
                 g->overlaps = cJSON_CreateArray();
             cJSON *o = cJSON_CreateObject();
@@ -152,9 +158,6 @@ static void s_check_overlaps(rdzv_batch_t *self, rdzv_group_t *g, const int *sta
             cJSON_AddItemToArray(g->overlaps, o);
         }
     }
-    if (found > 1)
-        rdzv_core_log("overlap", "group=%s: %d blocks overlap another node's on the same host",
-                      g->name, found);
 }
 
 /* The epoch's IDs: made by the helper (server mode), brought by rank 0
@@ -212,7 +215,8 @@ void rdzv_group_release(rdzv_batch_t *self, rdzv_group_t *g)
         free(starts);
         return;
     }
-    s_check_overlaps(self, g, starts);
+    /* The next tick looks for overlaps: not on the path every rank waits on. */
+    g->overlaps_due = self->state->shared_hosts > 0;
     int64_t t_laid = rdzv_trace_ns();
     if (rdzv_batch_record(self, rdzv_record_complete(g->name, g->epoch, ids)) < 0) {
         rdzv_ncclroot_destroy(&g->root);
@@ -223,6 +227,18 @@ void rdzv_group_release(rdzv_batch_t *self, rdzv_group_t *g)
     int64_t t_recorded = rdzv_trace_ns();
     rdzv_core_log("assign", "group=%s epoch=%lld world=%d master=%s",
                   g->name, (long long) g->epoch, g->world, rdzv_group_at(g, 0)->host);
+    /* The replies wait for the core (rdzv_release_answer), which may start
+     * the journal on the records first. */
+    self->releasing = (rdzv_release_t) { .group = g, .starts = starts, .t_start = t_start,
+                                         .t_laid = t_laid, .t_recorded = t_recorded };
+}
+
+void rdzv_release_answer(rdzv_batch_t *self)
+{
+    rdzv_group_t *g = self->releasing.group;
+    int *starts = self->releasing.starts;
+    if (!g)
+        return;
     for (int r = 0; r < g->world; r++) {
         s_prefetch_member(g, r);
         rdzv_member_t *m = rdzv_group_at(g, r);
@@ -238,11 +254,12 @@ void rdzv_group_release(rdzv_batch_t *self, rdzv_group_t *g)
     self->released += g->world;
     free(starts);
     if (g->world >= RDZV_TRACE_MIN) {
-        RDZV_TRACE("release_start", -1, t_start, g->world);
-        RDZV_TRACE("laid_out", -1, t_laid, g->world);
-        RDZV_TRACE("recorded", -1, t_recorded, g->world);
+        RDZV_TRACE("release_start", -1, self->releasing.t_start, g->world);
+        RDZV_TRACE("laid_out", -1, self->releasing.t_laid, g->world);
+        RDZV_TRACE("recorded", -1, self->releasing.t_recorded, g->world);
         RDZV_TRACE("replies_queued", -1, rdzv_trace_ns(), g->world);
     }
+    self->releasing = (rdzv_release_t) { 0 };
 }
 
 int rdzv_group_next_epoch(rdzv_batch_t *self, rdzv_group_t *g, const char *why)

@@ -71,6 +71,7 @@ typedef struct {
     /* The epoch's ports that another node of the same host address holds
      * too (release.c), for status; NULL: none. */
     cJSON *overlaps;
+    bool overlaps_due;           /* released since the last check */
 } rdzv_group_t;
 
 typedef struct {
@@ -79,8 +80,8 @@ typedef struct {
     rdzv_plans_t *plans;
     uint64_t kv_bytes;           /* every group's kv_bytes, summed */
     int64_t ranks;               /* every group's world, summed */
-    /* host address -> the node names ranks joined with from it (zlistx of
-     * strings): two nodes of one address share one network namespace. */
+    /* host address -> the node names ranks joined with from it (a zhashx
+     * used as a set): two nodes of one address share one network namespace. */
     zhashx_t *host_nodes;
     int shared_hosts;            /* addresses with more than one node */
 } rdzv_state_t;

@@ -1027,6 +1027,7 @@ static void s_join_at(int who, const char *group, const char *host, const char *
 
 static const cJSON *s_status_of(int who, const char *group)
 {
+    drive_tick(core, now);                           /* the check runs at the tick */
     s_send(who, "{\"v\":1,\"op\":\"status\",\"group\":\"%s\"}", group);
     return cJSON_GetArrayItem(cJSON_GetObjectItem(replies[who], "groups"), 0);
 }
