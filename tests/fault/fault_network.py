@@ -213,10 +213,14 @@ def case_slow_readers(opts):
         # every burst would add all of its replies.
         per_burst = peers * asks * size // 1024
         n = dropped()
-        TAP.ok(grown < per_burst and n >= peers * asks * 2 // 3,
+        # ASan keeps freed memory in quarantine: RSS says nothing there,
+        # the count of dropped replies still does.
+        sanitized = bool(os.environ.get("FAULT_SANITIZED"))
+        TAP.ok((grown < per_burst or sanitized) and n >= peers * asks * 2 // 3,
                "%d peers x %d unread 20 kB replies, twice: rdzvd grew %d MiB (kept unbounded, "
-               "each burst adds %d MiB); %d of %d replies dropped and counted"
-               % (peers, asks, grown // 1024, per_burst // 1024, n, 2 * peers * asks))
+               "each burst adds %d MiB%s); %d of %d replies dropped and counted"
+               % (peers, asks, grown // 1024, per_burst // 1024,
+                  ", not compared under sanitizers" if sanitized else "", n, 2 * peers * asks))
         t0 = time.monotonic()
         rc, st, err = status(opts, srv.endpoint, "big")
         dt = time.monotonic() - t0
