@@ -68,8 +68,6 @@ static int s_apply_epoch(rdzv_state_t *self, rdzv_group_t *g, const rdzv_record_
     g->nccl_ids = NULL;
     cJSON_Delete(g->rank0_ids);
     g->rank0_ids = NULL;
-    cJSON_Delete(g->overlaps);
-    g->overlaps = NULL;
     for (int i = 0; i < 2; i++)
         rdzv_shared_unref(&g->shared[i]);
     zhashx_purge(g->kv);

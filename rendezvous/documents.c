@@ -89,6 +89,61 @@ char *rdzv_assignment_text(const rdzv_state_t *st, rdzv_group_t *g, int rank, in
     return reply.text;
 }
 
+#define S_OVERLAPS_SHOWN 8
+
+/* The other node, first by name, of m's address that holds ports of
+ * [start, start + count) for another group; NULL if none. */
+static const char *s_overlapping_node(const rdzv_state_t *st, const rdzv_group_t *g,
+                                      const rdzv_member_t *m, int start, int count,
+                                      const char **group, int *rank)
+{
+    zhashx_t *nodes = zhashx_lookup(st->host_nodes, m->host);
+    const char *best = NULL;
+    for (void *it = nodes ? zhashx_first(nodes) : NULL; it; it = zhashx_next(nodes)) {
+        const char *n = zhashx_cursor(nodes);
+        int r = -1;
+        const char *other = strcmp(n, m->node) == 0 || (best && strcmp(n, best) >= 0)
+                            ? NULL : rdzv_plans_overlap(st->plans, n, g->name, start, count, &r);
+        if (other) {
+            best = n;
+            *group = other;
+            *rank = r;
+        }
+    }
+    return best;
+}
+
+cJSON *rdzv_group_overlaps(const rdzv_state_t *st, const rdzv_group_t *g)
+{
+    if (!st->shared_hosts || !g->complete)
+        return NULL;             /* the usual case: one node per address */
+    int count = rdzv_plans_ports_per_rank(st->plans);
+    cJSON *out = NULL;
+    const rdzv_member_t *m;
+    for (int r = 0; (m = rdzv_group_next(g, &r)) && cJSON_GetArraySize(out) < S_OVERLAPS_SHOWN;
+         r++) {
+        zhashx_t *nodes = zhashx_lookup(st->host_nodes, m->host);
+        int start = nodes && zhashx_size(nodes) > 1 ? s_port_start(st, g, r) : -1;
+        const char *group = NULL;
+        int rank = -1;
+        const char *node = start >= 0 ? s_overlapping_node(st, g, m, start, count, &group, &rank)
+                                      : NULL;
+        if (!node)
+            continue;
+        if (!out)
+            out = cJSON_CreateArray();
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "rank", r);
+        cJSON_AddStringToObject(o, "host", m->host);
+        cJSON_AddStringToObject(o, "node", m->node);
+        cJSON_AddStringToObject(o, "other_node", node);
+        cJSON_AddStringToObject(o, "other_group", group);
+        cJSON_AddNumberToObject(o, "other_rank", rank);
+        cJSON_AddItemToArray(out, o);
+    }
+    return out;
+}
+
 /* Where a complete epoch's server-made root stands: a helper serves it,
  * every rank reached it, or it died with an earlier rdzvd first. */
 static const char *s_root_state(const rdzv_group_t *g)
@@ -114,8 +169,9 @@ static cJSON *s_status(const rdzv_state_t *st, rdzv_group_t *g, int64_t now_ms)
     if (g->nccl_mode == RDZV_NCCL_SERVER && g->complete)
         cJSON_AddStringToObject(item, "nccl_root", s_root_state(g));
     s_add_ids(item, g);
-    if (g->overlaps)
-        cJSON_AddItemToObject(item, "plan_overlaps", cJSON_Duplicate(g->overlaps, 1));
+    cJSON *overlaps = rdzv_group_overlaps(st, g);
+    if (overlaps)
+        cJSON_AddItemToObject(item, "plan_overlaps", overlaps);
     cJSON_AddItemToObject(item, "members", s_members(st, g, true, now_ms));
     return item;
 }

@@ -17,6 +17,13 @@ rdzv_shared_t *rdzv_group_shared(const rdzv_state_t *st, rdzv_group_t *g, bool w
  * memory. */
 char *rdzv_assignment_text(const rdzv_state_t *st, rdzv_group_t *g, int rank, int64_t req_id,
                            bool with_members);
+/* Different nodes may reuse port numbers because they are different network
+ * namespaces; two nodes of one host address are one (hostNetwork Pods), and
+ * their blocks must not overlap. The first ranks of complete group g (8 at
+ * most, in rank order) whose block another node of their address holds
+ * too, each with the first such node by name, as status shows them; NULL if
+ * none. A function of the state alone, so a restart shows the same. */
+cJSON *rdzv_group_overlaps(const rdzv_state_t *st, const rdzv_group_t *g);
 /* The status objects of every group, or of the one named (an empty array
  * if there is none), as the status op and /v1/groups answer them. */
 cJSON *rdzv_state_status(const rdzv_state_t *st, const char *group, int64_t now_ms);

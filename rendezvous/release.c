@@ -108,56 +108,23 @@ static int s_lay_out_plans(rdzv_batch_t *self, rdzv_group_t *g, int *starts)
     return code ? -1 : 0;
 }
 
-/* Overlaps noted per group (status), and other nodes of one address looked
- * at per rank: the check is bounded whatever the layout. */
-#define S_OVERLAPS_SHOWN 8
-#define S_NODES_CHECKED 8
-
 void rdzv_group_check_overlaps(rdzv_batch_t *self, rdzv_group_t *g)
 {
     g->overlaps_due = false;
-    cJSON_Delete(g->overlaps);
-    g->overlaps = NULL;
-    if (!self->state->shared_hosts || !g->complete)
-        return;                  /* the usual case: one node per address */
-    int count = rdzv_plans_ports_per_rank(self->state->plans), found = 0;
-    for (int r = 0; r < g->world && found < S_OVERLAPS_SHOWN; r++) {
-        const rdzv_member_t *m = rdzv_group_at(g, r);
-        zhashx_t *nodes = m ? zhashx_lookup(self->state->host_nodes, m->host) : NULL;
-        if (!nodes || zhashx_size(nodes) < 2)
-            continue;
-        int start = rdzv_plans_find(self->state->plans, m->node, g->name, r), checked = 0;
-        for (void *it = zhashx_first(nodes); it && start >= 0 && checked < S_NODES_CHECKED;
-             it = zhashx_next(nodes)) {
-            const char *n = zhashx_cursor(nodes);
-            int other_rank = -1;
-            const char *other = NULL;
-            if (strcmp(n, m->node) != 0) {
-                checked++;
-                other = rdzv_plans_overlap(self->state->plans, n, g->name, start, count,
-                                           &other_rank);
-            }
-            if (!other)
-                continue;
-            if (!found++)
-                rdzv_core_log("overlap", "group=%s rank=%d node=%s shares host %s with node=%s, "
-                              "whose group=%s rank=%d holds ports in %d..%d: ranks on one "
-                              "network namespace need one node name", g->name, r, m->node,
-                              m->host, n, other, other_rank, start, start + count - 1);
-            if (found > S_OVERLAPS_SHOWN)
-                break;
-            if (!g->overlaps)
-                g->overlaps = cJSON_CreateArray();
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddNumberToObject(o, "rank", r);
-            cJSON_AddStringToObject(o, "host", m->host);
-            cJSON_AddStringToObject(o, "node", m->node);
-            cJSON_AddStringToObject(o, "other_node", n);
-            cJSON_AddStringToObject(o, "other_group", other);
-            cJSON_AddNumberToObject(o, "other_rank", other_rank);
-            cJSON_AddItemToArray(g->overlaps, o);
-        }
-    }
+    cJSON *overlaps = rdzv_group_overlaps(self->state, g);
+    const cJSON *o = cJSON_GetArrayItem(overlaps, 0);
+    if (o)
+        rdzv_core_log("overlap", "group=%s rank=%d node=%s shares host %s with node=%s, whose "
+                      "group=%s rank=%d holds some of the same ports; %d ranks so far: ranks "
+                      "on one network namespace need one node name", g->name,
+                      cJSON_GetObjectItem(o, "rank")->valueint,
+                      cJSON_GetObjectItem(o, "node")->valuestring,
+                      cJSON_GetObjectItem(o, "host")->valuestring,
+                      cJSON_GetObjectItem(o, "other_node")->valuestring,
+                      cJSON_GetObjectItem(o, "other_group")->valuestring,
+                      cJSON_GetObjectItem(o, "other_rank")->valueint,
+                      cJSON_GetArraySize(overlaps));
+    cJSON_Delete(overlaps);
 }
 
 /* The epoch's IDs: made by the helper (server mode), brought by rank 0

@@ -14,11 +14,9 @@ void rdzv_release_answer(rdzv_batch_t *self);
 /* Records epoch+1 (new IDs at its completion, the same plans); the epoch's
  * kv waiters are refused. why goes to the log. 0 or -1. */
 int rdzv_group_next_epoch(rdzv_batch_t *self, rdzv_group_t *group, const char *why);
-/* Different nodes may reuse port numbers because they are different network
- * namespaces; two nodes of one host address are one (hostNetwork Pods), and
- * their blocks must not overlap. Notes in group->overlaps (for status) and
- * in the log the first ranks whose block another node of their address
- * holds too. Run by the tick after a release (overlaps_due). */
+/* Logs the overlaps of group's plans with other nodes of the same host
+ * address (documents.h), once after a release: run by the tick
+ * (overlaps_due). */
 void rdzv_group_check_overlaps(rdzv_batch_t *self, rdzv_group_t *group);
 
 #endif

@@ -48,7 +48,6 @@ static void s_group_free(void **item)
     zlistx_destroy(&g->kv_waiters);
     cJSON_Delete(g->nccl_ids);
     cJSON_Delete(g->rank0_ids);
-    cJSON_Delete(g->overlaps);
     rdzv_shared_unref(&g->shared[0]);
     rdzv_shared_unref(&g->shared[1]);
     free(g->name);

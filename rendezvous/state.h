@@ -68,10 +68,7 @@ typedef struct {
     zlistx_t *kv_waiters;        /* rdzv_kv_waiter_t */
     uint64_t kv_bytes;           /* keys + values of the current epoch */
     int64_t heard_ms;            /* last join or heartbeat (memory only; 0 after a load) */
-    /* The epoch's ports that another node of the same host address holds
-     * too (release.c), for status; NULL: none. */
-    cJSON *overlaps;
-    bool overlaps_due;           /* released since the last check */
+    bool overlaps_due;           /* released since the overlaps were logged */
 } rdzv_group_t;
 
 typedef struct {
