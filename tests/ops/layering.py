@@ -34,12 +34,12 @@ def symbols(archive):
 def cycles(edges):
     """Every edge a -> b whose b reaches a back."""
     def reach(a):
-        seen, todo = set(), [a]
-        while todo:
-            for y in edges.get(todo.pop(), ()):
+        seen, frontier = set(), [a]
+        while frontier:
+            for y in edges.get(frontier.pop(), ()):
                 if y not in seen:
                     seen.add(y)
-                    todo.append(y)
+                    frontier.append(y)
         return seen
     return sorted((a, b) for a in edges for b in edges[a] if a in reach(b))
 
