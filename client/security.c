@@ -1,4 +1,5 @@
 #include "security.h"
+#include "rdzv_util.h"
 #include "rdzv_private.h"
 
 #include <czmq.h>
@@ -6,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define S_TOKEN_MAX 4096
 
 static int s_curve(void *sock, const char *server_file, const char *secret_file,
                    char *err, size_t errlen)
@@ -39,18 +39,9 @@ static int s_curve(void *sock, const char *server_file, const char *secret_file,
 
 static char *s_read_token(const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "r");
-    char *token = calloc(1, S_TOKEN_MAX + 1);
-    size_t n = f && token ? fread(token, 1, S_TOKEN_MAX, f) : 0;
-    if (f)
-        fclose(f);
-    while (n > 0 && (token[n - 1] == '\n' || token[n - 1] == '\r' || token[n - 1] == ' '))
-        token[--n] = '\0';
-    if (n == 0) {
-        free(token);
+    char *token = rdzv_read_token_file(path);
+    if (!token)
         rdzv_set_error(err, errlen, "RDZV_GROUP_TOKEN: cannot read a token from %s", path);
-        return NULL;
-    }
     return token;
 }
 

@@ -54,6 +54,19 @@ bool rdzv_name_valid(const char *s)
     return true;
 }
 
+char *rdzv_read_token_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char buf[4097];
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+        n--;
+    buf[n] = '\0';
+    return n ? strdup(buf) : NULL;
+}
+
 bool rdzv_secret_equal(const char *want, const char *got)
 {
     size_t n = strlen(want), m = strlen(got);

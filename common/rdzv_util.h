@@ -14,6 +14,9 @@ int rdzv_hex_decode(const char *hex, unsigned char *out, size_t len);
 /* Names (group, key): 1..255 printable ASCII bytes, no spaces. */
 bool rdzv_name_valid(const char *s);
 /* Free text (host, node, session): 1..255 bytes, no control characters. */
+/* A token file's contents, trailing newlines and spaces cut, malloc'd; NULL
+ * when it cannot be read or holds nothing (at most 4096 bytes are read). */
+char *rdzv_read_token_file(const char *path);
 /* Whether got equals the secret want, in time that depends on want's length
  * only: a reply's timing must not reveal how much of a guess was right. */
 bool rdzv_secret_equal(const char *want, const char *got);

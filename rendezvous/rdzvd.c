@@ -304,18 +304,10 @@ static int s_default_shards(const char *endpoint, int cpus)
 
 static char *s_read_token(const char *path, const char *flag)
 {
-    FILE *f = fopen(path, "r");
-    char buf[4097] = "";
-    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    if (f)
-        fclose(f);
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
-        buf[--n] = '\0';
-    if (n == 0) {
+    char *token = rdzv_read_token_file(path);
+    if (!token)
         fprintf(stderr, "rdzvd: cannot read a token from %s (%s)\n", path, flag);
-        return NULL;
-    }
-    return strdup(buf);
+    return token;
 }
 
 static void s_write_endpoint(const char *path, const char *endpoint)

@@ -7,8 +7,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define S_TOKEN_MAX 4096
-
 typedef struct {
     char *token;
     struct timespec mtime;
@@ -77,19 +75,6 @@ static bool s_plain_path(const char *name)
     return *name != '\0';
 }
 
-static char *s_read(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    char buf[S_TOKEN_MAX + 1];
-    size_t n = f ? fread(buf, 1, S_TOKEN_MAX, f) : 0;
-    if (f)
-        fclose(f);
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
-        n--;
-    buf[n] = '\0';
-    return n ? strdup(buf) : NULL;
-}
-
 /* The group's token, read again when its file changed; NULL if none. */
 static const char *s_token(rdzv_tokens_t *self, const char *group)
 {
@@ -108,7 +93,7 @@ static const char *s_token(rdzv_tokens_t *self, const char *group)
     e = calloc(1, sizeof *e);
     if (!e)
         return NULL;
-    *e = (s_entry_t) { .token = s_read(path), .mtime = st.st_mtim, .size = st.st_size };
+    *e = (s_entry_t) { .token = rdzv_read_token_file(path), .mtime = st.st_mtim, .size = st.st_size };
     zhashx_update(self->cache, group, e);
     return e->token;
 }
