@@ -438,6 +438,27 @@ void rdzv_core_count_dropped(rdzv_core_t *self, rdzv_drop_reason_t why, unsigned
     atomic_fetch_add(&self->replies_dropped[why], n);
 }
 
+const char *const rdzv_peer_drop_names[RDZV_PEER_DROP_REASONS] = {
+    [RDZV_PEER_DROP_SLOW_READER] = "slow_reader",
+    [RDZV_PEER_DROP_CONNECTION_CAP] = "connection_cap",
+};
+
+void rdzv_core_count_peer_dropped(rdzv_core_t *self, rdzv_peer_drop_t why)
+{
+    assert(why < RDZV_PEER_DROP_REASONS);
+    atomic_fetch_add(&self->peers_dropped[why], 1);
+}
+
+long rdzv_core_connections_add(rdzv_core_t *self, long delta)
+{
+    return atomic_fetch_add(&self->connections, delta) + delta;
+}
+
+void rdzv_core_set_connection_cap(rdzv_core_t *self, long cap)
+{
+    atomic_store(&self->connection_cap, cap);
+}
+
 void rdzv_core_set_fds_short(rdzv_core_t *self, bool shortage, long limit)
 {
     atomic_store(&self->fds_short, shortage);
@@ -464,6 +485,11 @@ void rdzv_core_stats(rdzv_core_t *self, int64_t now_ms, rdzv_core_stats_t *out)
         out->replies_dropped[i] = atomic_load(&self->replies_dropped[i]);
     out->fds_short = atomic_load(&self->fds_short);
     out->fds_limit = (unsigned long long) atomic_load(&self->fds_limit);
+    long live = atomic_load(&self->connections);
+    out->connections = live > 0 ? (unsigned long long) live : 0;
+    out->connection_cap = (unsigned long long) atomic_load(&self->connection_cap);
+    for (int i = 0; i < RDZV_PEER_DROP_REASONS; i++)
+        out->peers_dropped[i] = atomic_load(&self->peers_dropped[i]);
 }
 
 cJSON *rdzv_core_status_json(rdzv_core_t *self, const char *group, int64_t now_ms)

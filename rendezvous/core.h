@@ -84,6 +84,20 @@ extern const char *const rdzv_drop_reason_names[RDZV_DROP_REASONS];
 /* Counts n such replies (any thread, no lock). */
 void rdzv_core_count_dropped(rdzv_core_t *self, rdzv_drop_reason_t why, unsigned n);
 
+/* Connections a shard closed itself, by why: the peer left its replies
+ * unread until its queue overflowed, or it came while the server had all
+ * --max-connections allows (conns.h). */
+typedef enum {
+    RDZV_PEER_DROP_SLOW_READER, RDZV_PEER_DROP_CONNECTION_CAP, RDZV_PEER_DROP_REASONS
+} rdzv_peer_drop_t;
+extern const char *const rdzv_peer_drop_names[RDZV_PEER_DROP_REASONS];
+/* Counts one (any thread, no lock). */
+void rdzv_core_count_peer_dropped(rdzv_core_t *self, rdzv_peer_drop_t why);
+/* Adds delta to the connections open now and returns their number; the
+ * cap is what --max-connections allows (both any thread, no lock). */
+long rdzv_core_connections_add(rdzv_core_t *self, long delta);
+void rdzv_core_set_connection_cap(rdzv_core_t *self, long cap);
+
 /* Whether rdzvd is close to its limit on open files (shard.c watches);
  * any thread. */
 void rdzv_core_set_fds_short(rdzv_core_t *self, bool shortage, long limit);
@@ -94,6 +108,7 @@ typedef struct {
     unsigned long long groups, ranks_joined, ranks_live, journal_bytes;
     unsigned long long replies_dropped[RDZV_DROP_REASONS];
     unsigned long long fds_limit, fds_short;
+    unsigned long long connections, connection_cap, peers_dropped[RDZV_PEER_DROP_REASONS];
     rdzv_histogram_t fsync;
 } rdzv_core_stats_t;
 void rdzv_core_stats(rdzv_core_t *self, int64_t now_ms, rdzv_core_stats_t *out);

@@ -28,6 +28,8 @@ struct rdzv_core {
     bool in_batch;               /* between begin and end or defer */
     _Atomic unsigned long long replies_dropped[RDZV_DROP_REASONS];
     atomic_bool fds_short;
+    _Atomic long connections, connection_cap;
+    _Atomic unsigned long long peers_dropped[RDZV_PEER_DROP_REASONS];
     _Atomic long fds_limit;
     /* Held from begin to end; the HTTP server's readers take it too. */
     pthread_mutex_t lock;

@@ -13,5 +13,10 @@ long rdzv_fds_raise(void);
 bool rdzv_fds_short(int reserve);
 /* The reserve that counts as short for limit: a twentieth, at least 64. */
 int rdzv_fds_reserve(long limit);
+/* The connections to allow at most by default: the limit less what is
+ * open now and half the reserve, so that the journal, /metrics and the
+ * NCCL root helpers still find descriptors with every connection taken
+ * (and the warning at the reserve comes first). */
+long rdzv_fds_connection_cap(long limit);
 
 #endif

@@ -191,6 +191,16 @@ static void s_render_metrics(const rdzv_core_stats_t *st, FILE *f)
     s_metric(f, "rdzv_open_files_near_limit", "gauge",
              "Whether fewer than a twentieth of the limit is left (1): connections soon fail.",
              st->fds_short);
+    s_metric(f, "rdzv_connections", "gauge", "Client connections open now.", st->connections);
+    s_metric(f, "rdzv_connections_max", "gauge",
+             "Connections --max-connections allows; one more is closed at once.",
+             st->connection_cap);
+    fprintf(f, "# HELP rdzv_peers_dropped_total Connections rdzvd closed: the peer left its "
+            "replies unread (slow_reader) or came over --max-connections (connection_cap).\n"
+            "# TYPE rdzv_peers_dropped_total counter\n");
+    for (int i = 0; i < RDZV_PEER_DROP_REASONS; i++)
+        fprintf(f, "rdzv_peers_dropped_total{reason=\"%s\"} %llu\n", rdzv_peer_drop_names[i],
+                st->peers_dropped[i]);
     fprintf(f, "# HELP rdzv_replies_dropped_total Replies not sent: the peer's queue was full "
             "(slow_reader) or the peer was gone.\n# TYPE rdzv_replies_dropped_total counter\n");
     for (int i = 0; i < RDZV_DROP_REASONS; i++)

@@ -92,6 +92,9 @@ static void s_usage(FILE *out)
         "  --insecure-bind-any      without keys, serve other than loopback anyway\n"
         "  --peer-timeout S         drop a connection whose handshake, or whose answer to\n"
         "                           a ZMTP heartbeat, takes over S seconds (default 30)\n"
+        "  --max-connections N      close a connection beyond N at once (default: the\n"
+        "                           limit on open files less those open at start, and\n"
+        "                           a reserve of 1/40 of it, at least 32)\n"
         "  --help, --version\n",
         RDZV_DEFAULT_BIND, RDZV_DEFAULT_PORT_BASE, RDZV_DEFAULT_PORTS_PER_RANK,
         RDZV_DEFAULT_PORT_LIMIT, RDZV_DEFAULT_MAX_WORLD);
@@ -139,7 +142,8 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         { "clients", required_argument, 0, 'L' }, { "group-token", required_argument, 0, 'T' },
         { "tokens", required_argument, 0, 'Z' },
         { "insecure-bind-any", no_argument, 0, 'I' },
-        { "peer-timeout", required_argument, 0, 'O' }, { "compact-mib", required_argument, 0, 'M' },
+        { "peer-timeout", required_argument, 0, 'O' },
+        { "max-connections", required_argument, 0, 'c' }, { "compact-mib", required_argument, 0, 'M' },
         { "log-format", required_argument, 0, 'f' }, { "io-threads", required_argument, 0, 'i' },
         { "max-groups", required_argument, 0, 'G' },
         { "max-ranks", required_argument, 0, 'X' }, { "forming-ttl", required_argument, 0, 'Y' },
@@ -178,6 +182,12 @@ static int s_parse(int argc, char **argv, s_options_t *o)
             rc = s_int_arg("--peer-timeout", optarg, 1, 3600, &o->security.peer_timeout_ms);
             o->security.peer_timeout_ms *= 1000;
             break;
+        case 'c': {
+            int n = 0;
+            rc = s_int_arg("--max-connections", optarg, 1, 1 << 30, &n);
+            o->security.max_connections = n;
+            break;
+        }
         case 'i': rc = s_int_arg("--io-threads", optarg, 1, 64, &o->io_threads); break;
         case 'S': rc = s_int_arg("--shards", optarg, 1, RDZV_MAX_SHARDS, &o->shards); break;
         case 'Q': rc = s_int_arg("--listeners", optarg, 1, RDZV_MAX_LISTENERS, &o->listeners); break;
@@ -397,8 +407,9 @@ int main(int argc, char **argv)
     if (http)
         rdzv_core_log("http", "port=%d", rdzv_http_port(http));
     rdzv_core_log("start", "version=%s endpoint=%s shards=%d listeners=%d io_threads=%d state=%s "
-                  "open_files=%ld ports=[%d,%d) per_rank=%d nccl=%s", RDZV_VERSION,
-                  rdzv_server_endpoint(server), shards, listeners, io_threads, o.cfg.state_dir, fds,
+                  "open_files=%ld max_connections=%ld ports=[%d,%d) per_rank=%d nccl=%s",
+                  RDZV_VERSION, rdzv_server_endpoint(server), shards, listeners, io_threads,
+                  o.cfg.state_dir, fds, rdzv_server_max_connections(server),
                   o.cfg.port_base, o.cfg.port_limit, o.cfg.ports_per_rank,
                   o.cfg.nccl_helper ? o.cfg.nccl_helper : "none");
     /* The log first: whoever waits for the endpoint file (a test, a probe)

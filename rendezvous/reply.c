@@ -156,6 +156,7 @@ int rdzv_peer_copy(rdzv_peer_t *dst, const rdzv_peer_t *src)
 {
     dst->req = src->req;
     dst->shard = src->shard;
+    dst->fd = src->fd;
     return rdzv_peer_set_id(dst, rdzv_peer_id(src), src->len);
 }
 

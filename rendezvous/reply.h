@@ -15,7 +15,8 @@
 #define RDZV_PEER_INLINE 16
 
 /* Where a reply goes: the server shard whose ROUTER socket the request came
- * in on, that socket's identity for the connection, and the request id.
+ * in on, that socket's identity for the connection, the request id, and the
+ * connection's descriptor (to drop a peer that does not read).
  * Identities of up to RDZV_PEER_INLINE bytes (libzmq's own are 5) live in
  * the peer; longer ones (a client's ZMQ_ROUTING_ID, up to 255 bytes) in
  * long_id, which the peer owns. Every member keeps its peer: 256 bytes
@@ -24,6 +25,7 @@ typedef struct {
     size_t len;
     int64_t req;
     int shard;
+    int fd;                              /* the connection's socket (conns.h); < 3: unknown */
     unsigned char id[RDZV_PEER_INLINE];  /* len <= RDZV_PEER_INLINE */
     unsigned char *long_id;              /* len > RDZV_PEER_INLINE: malloc'd */
 } rdzv_peer_t;

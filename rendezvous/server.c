@@ -1,4 +1,5 @@
 #include "server.h"
+#include "fds.h"
 #include "cpus.h"
 #include "listen.h"
 #include "shard.h"
@@ -17,6 +18,7 @@ struct rdzv_server {
     int listeners;               /* SO_REUSEPORT listeners, spread over the shards */
     zactor_t *auth;              /* ZAP handler checking client keys */
     char *endpoint;
+    long max_connections;        /* what --max-connections came to */
 };
 
 /* zauth must run before the sockets bind so that no handshake escapes it. */
@@ -170,6 +172,13 @@ rdzv_server_t *rdzv_server_new(rdzv_core_t *core, const char *endpoint, int shar
         return NULL;
     }
     self->endpoint = zsock_last_endpoint(self->set.shards[0].router);
+    /* Counted once every socket and listener of rdzvd's own is open. */
+    long cap = security && security->max_connections > 0 ? security->max_connections
+                                                         : rdzv_fds_connection_cap(rdzv_fds_raise());
+    for (int i = 0; i < shards; i++)
+        self->set.shards[i].conns.max = cap;
+    rdzv_core_set_connection_cap(core, cap);
+    self->max_connections = cap;
     return self;
 }
 
@@ -211,6 +220,11 @@ int rdzv_server_run(rdzv_server_t *self)
         rdzv_shard_loop(&self->set.shards[0]);
     rdzv_server_stop(self);
     return rc;
+}
+
+long rdzv_server_max_connections(const rdzv_server_t *self)
+{
+    return self->max_connections;
 }
 
 const char *rdzv_server_endpoint(const rdzv_server_t *self)

@@ -21,11 +21,14 @@ typedef struct rdzv_server rdzv_server_t;
  * clients_dir holds the public certificates of the clients it accepts.
  * Both NULL: no encryption. peer_timeout_ms: a connection that has not
  * finished its handshake, or has not answered a ZMTP heartbeat, this long
- * is dropped (0: RDZV_DEFAULT_PEER_TIMEOUT_MS). */
+ * is dropped (0: RDZV_DEFAULT_PEER_TIMEOUT_MS). max_connections: one
+ * connection more than this is closed at once (0: rdzv_fds_connection_cap
+ * of the limit on open files). */
 typedef struct {
     const char *curve_secret;
     const char *clients_dir;
     int peer_timeout_ms;
+    long max_connections;
 } rdzv_server_security_t;
 
 /* shards > 1 or listeners > 1 needs an endpoint rdzv_listen_shardable()
@@ -39,6 +42,8 @@ void rdzv_server_destroy(rdzv_server_t **self_p);
 int rdzv_server_run(rdzv_server_t *self);
 void rdzv_server_stop(rdzv_server_t *self);
 /* The endpoint actually bound (with the real port for tcp://...:0 or *:!). */
+/* What --max-connections came to. */
+long rdzv_server_max_connections(const rdzv_server_t *self);
 const char *rdzv_server_endpoint(const rdzv_server_t *self);
 
 #endif

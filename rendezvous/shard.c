@@ -7,6 +7,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -29,12 +30,15 @@ int rdzv_shard_init(rdzv_shard_t *self, rdzv_shard_set_t *set, int index, zsock_
     self->sock = zsock_resolve(router);
     self->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&self->lock, NULL);
+    if (rdzv_conns_init(&self->conns, set->core, self->sock, index, LONG_MAX) < 0)
+        return -1;
     return self->wake_fd < 0 ? -1 : 0;
 }
 
 void rdzv_shard_destroy(rdzv_shard_t *self)
 {
     zsock_destroy(&self->router);
+    rdzv_conns_destroy(&self->conns);
     if (self->wake_fd > 0)
         close(self->wake_fd);
     for (size_t i = 0; i < self->in_len; i++)
@@ -93,7 +97,8 @@ static void s_free_text(void *data, void *hint)
  * that vanished is dropped by the ROUTER; nothing to do. */
 /* The ROUTERs are ZMQ_ROUTER_MANDATORY with a finite SNDHWM (server.c):
  * a reply to a peer whose queue is full, or who is gone, fails at once
- * rather than piling up; it is dropped and counted. */
+ * rather than piling up; it is dropped and counted, and a peer whose queue
+ * is full loses its connection (it asks and does not read). */
 static void s_send_all(rdzv_shard_t *self, rdzv_reply_t *v, size_t n)
 {
     unsigned dropped[RDZV_DROP_REASONS] = { 0 };
@@ -108,8 +113,11 @@ static void s_send_all(rdzv_shard_t *self, rdzv_reply_t *v, size_t n)
             if (zmq_send(self->sock, rdzv_peer_id(&reply->peer), reply->peer.len,
                          ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0
                 || zmq_msg_send(&body, self->sock, ZMQ_DONTWAIT) < 0) {
-                dropped[zmq_errno() == EAGAIN ? RDZV_DROP_SLOW_READER : RDZV_DROP_GONE]++;
+                bool full = zmq_errno() == EAGAIN;
+                dropped[full ? RDZV_DROP_SLOW_READER : RDZV_DROP_GONE]++;
                 zmq_msg_close(&body);
+                if (full)
+                    rdzv_conns_suspect(&self->conns, reply->peer.fd, rdzv_now_ms());
             }
         }
         rdzv_reply_clear(reply);
@@ -284,6 +292,7 @@ static int s_recv_batch(rdzv_shard_t *self, int max)
             rdzv_peer_clear(&r->peer);
             continue;
         }
+        r->peer.fd = zmq_msg_get(&body, ZMQ_SRCFD);
         r->extra_frames = zmq_msg_more(&body);
         if (r->extra_frames)
             s_drain_frames(self->sock);
@@ -363,7 +372,8 @@ static void s_on_router(rdzv_shard_t *self)
 }
 
 /* At the limit on open files libzmq can accept nobody and rdzvd's ranks get
- * no reply: say so, once a minute at most, and on /metrics. */
+ * no reply (conns.h keeps connections below it): say when it comes close,
+ * once a minute at most, and on /metrics. */
 static void s_watch_fds(rdzv_shard_set_t *set, int64_t now, int64_t *next_check,
                         int64_t *next_log)
 {
@@ -377,9 +387,9 @@ static void s_watch_fds(rdzv_shard_set_t *set, int64_t now, int64_t *next_check,
     rdzv_core_set_fds_short(set->core, shortage, limit);
     if (shortage && now >= *next_log) {
         *next_log = now + 60000;
-        rdzv_core_log("fds", "fewer than %d of %ld open files are left: new connections will "
-                      "fail (raise the limit: LimitNOFILE, ulimit -n)", rdzv_fds_reserve(limit),
-                      limit);
+        rdzv_core_log("fds", "fewer than %d of %ld open files are left: connections beyond "
+                      "--max-connections %ld are closed (raise the limit: LimitNOFILE, "
+                      "ulimit -n)", rdzv_fds_reserve(limit), limit, set->shards[0].conns.max);
     }
 }
 
@@ -391,18 +401,22 @@ void rdzv_shard_loop(rdzv_shard_t *self)
     while (!atomic_load(&set->stopping)) {
         if (self->index == 0 && zsys_interrupted)
             break;
-        long timeout = -1;
+        long timeout = rdzv_conns_check(&self->conns, rdzv_now_ms());
         if (self->index == 0) {
             int64_t left = next_tick - rdzv_now_ms();
-            timeout = left > 0 ? (long) left : 0;
+            long tick = left > 0 ? (long) left : 0;
+            timeout = timeout < 0 || tick < timeout ? tick : timeout;
         }
-        zmq_pollitem_t items[2] = {
+        zmq_pollitem_t items[3] = {
             { .socket = self->sock, .events = ZMQ_POLLIN },
             { .fd = self->wake_fd, .events = ZMQ_POLLIN },
+            { .socket = self->conns.monitor, .events = ZMQ_POLLIN },
         };
-        int rc = zmq_poll(items, 2, timeout);
+        int rc = zmq_poll(items, 3, timeout);
         if (rc < 0 && zmq_errno() != EINTR)
             break;
+        if (rc > 0 && (items[2].revents & ZMQ_POLLIN))
+            rdzv_conns_on_events(&self->conns, rdzv_now_ms());
         if (rc > 0 && (items[1].revents & ZMQ_POLLIN))
             s_flush_inbox(self);
         if (rc > 0 && (items[0].revents & ZMQ_POLLIN))

@@ -6,6 +6,7 @@
 #ifndef RDZV_SHARD_H
 #define RDZV_SHARD_H
 
+#include "conns.h"
 #include "core.h"
 
 #include <czmq.h>
@@ -30,6 +31,7 @@ typedef struct rdzv_shard {
     pthread_t thread;
     bool started;
     int wake_fd;                 /* eventfd: the inbox has replies */
+    rdzv_conns_t conns;
     pthread_mutex_t lock;        /* guards the inbox */
     rdzv_reply_t *inbox;
     size_t in_len, in_cap;
@@ -47,7 +49,7 @@ struct rdzv_shard_set {
     _Atomic int64_t last_commit_ms;  /* when a commit last wrote records */
 };
 
-/* Takes router over. Returns 0 or -1. */
+/* Takes router over (before it binds). Returns 0 or -1. */
 int rdzv_shard_init(rdzv_shard_t *self, rdzv_shard_set_t *set, int index, zsock_t *router);
 void rdzv_shard_destroy(rdzv_shard_t *self);
 int rdzv_shard_start(rdzv_shard_t *self);

@@ -367,12 +367,14 @@ START_TEST(test_metrics_well_formed)
         ck_assert_msg(found, "sample %s has no # TYPE before it", name);
     }
     /* Every family rdzvd documents (rdzvd.8), the two dropped-reply reasons
-     * among the samples. */
-    ck_assert_int_eq(ntyped, 17);
+     * and the two dropped-peer ones among the samples. */
+    ck_assert_int_eq(ntyped, 20);
     ck_assert_ptr_nonnull(strstr(r.head, "200"));
     s_fetch("/metrics", &r);
     ck_assert_ptr_nonnull(strstr(r.body, "rdzv_replies_dropped_total{reason=\"slow_reader\"} 0"));
     ck_assert_ptr_nonnull(strstr(r.body, "rdzv_replies_dropped_total{reason=\"gone\"} "));
+    ck_assert_ptr_nonnull(strstr(r.body, "rdzv_peers_dropped_total{reason=\"slow_reader\"} 0"));
+    ck_assert_ptr_nonnull(strstr(r.body, "rdzv_peers_dropped_total{reason=\"connection_cap\"} 0"));
     ck_assert_ptr_nonnull(strstr(r.body, "\nrdzv_groups_expired_total 0\n"));
 }
 END_TEST
