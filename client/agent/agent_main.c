@@ -3,6 +3,7 @@
 #include "agent_control.h"
 #include "agent_lease.h"
 #include "agent_opts.h"
+#include "agent_portstate.h"
 #include "agent_proto.h"
 #include "agent_reserve.h"
 #include "agent_serve.h"
@@ -120,6 +121,64 @@ static int s_write_env_file(s_agent_t *self, const rdzv_assignment_t *a)
     return rc;
 }
 
+/* A live socket already on a port the agent just reserved beside it (the
+ * kernel lets sockets of one uid share a port with SO_REUSEPORT): only
+ * this rank's own engine, left running by an agent that died, may keep it;
+ * anyone else's listener would take part of the connections. 0, or -1
+ * with the reason in err. */
+static int s_check_beside(const s_agent_t *self, int port, char *err, size_t errlen)
+{
+    rdzv_port_holders_t st;
+    if (rdzv_port_holders(port, &st) < 0 || !st.listening
+        || strcmp(st.agent_socket, self->opts.socket_path) == 0)
+        return 0;
+    char holder[256];
+    rdzv_port_holders_name(&st, port, holder, sizeof holder);
+    snprintf(err, errlen, "port %d is held by %s, which is not this agent's engine "
+             "(RDZV_AGENT_SOCKET %s): a reservation beside it would split its connections. "
+             "Stop that process, or give its group other ports", port, holder,
+             *st.agent_socket ? st.agent_socket : "unset");
+    return -1;
+}
+
+/* Why port cannot be reserved now: 0 if only TIME_WAIT stands in the way
+ * (waiting helps), or -1 with the holder named in err. */
+static int s_why_in_use(int port, int *time_wait, char *err, size_t errlen)
+{
+    rdzv_port_holders_t st;
+    if (rdzv_port_holders(port, &st) < 0) {
+        snprintf(err, errlen, "cannot reserve port %d: Address already in use (and "
+                 "/proc/net/tcp, which would say by whom, cannot be read)", port);
+        return -1;
+    }
+    *time_wait = st.time_wait;
+    if (!st.live && rdzv_reserve_would_reuse(port))
+        return 0;
+    char holder[256];
+    if (st.live)
+        rdzv_port_holders_name(&st, port, holder, sizeof holder);
+    else
+        snprintf(holder, sizeof holder, "a socket bound to it that neither listens nor "
+                 "connects (so /proc/net/tcp does not show it)");
+    snprintf(err, errlen, "cannot reserve port %d: it is held by %s. Stop that process, or "
+             "give this group other ports (rdzvd --port-base/--port-limit, and the same "
+             "--port-range here)", port, holder);
+    return -1;
+}
+
+/* Waits up to a second for a signal that ends the agent; true if one came. */
+static bool s_interrupted(const s_agent_t *self, int ms)
+{
+    struct pollfd p = { .fd = self->sig_fd, .events = POLLIN };
+    return poll(&p, 1, ms) > 0;
+}
+
+/* Reserves every plan port. A port in TIME_WAIT only (a socket closed
+ * before the agent ran) frees itself within a minute or so: the agent
+ * retries, says which ports it waits for every 5 s, and gives up after
+ * --reserve-wait. Any other holder ends the agent at once; the
+ * reservation is never weakened with SO_REUSEADDR, which would let any
+ * SO_REUSEADDR listener in beside it. */
 static int s_reserve_plan(s_agent_t *self, const rdzv_assignment_t *a)
 {
     self->nplan = rdzv_assignment_port_count(a);
@@ -132,14 +191,53 @@ static int s_reserve_plan(s_agent_t *self, const rdzv_assignment_t *a)
         self->reservations[i] = self->locks[i] = -1;
         self->plan[i] = rdzv_assignment_port(a, i);
     }
-    for (size_t i = 0; i < self->nplan; i++) {
-        char err[256];
-        self->reservations[i] = rdzv_reserve_port(self->plan[i], &self->locks[i], err,
-                                                  sizeof err);
-        if (self->reservations[i] < 0)
+    int64_t start = rdzv_now_ms(), next_line = start;
+    for (;;) {
+        char err[1024], waiting[256] = "";
+        size_t nwait = 0;
+        int tw = 0;
+        for (size_t i = 0; i < self->nplan; i++) {
+            if (self->reservations[i] >= 0)
+                continue;
+            int bind_errno = 0, port = self->plan[i];
+            self->reservations[i] = rdzv_reserve_port(port, &self->locks[i], &bind_errno, err,
+                                                      sizeof err);
+            if (self->reservations[i] >= 0) {
+                if (s_check_beside(self, port, err, sizeof err) == 0)
+                    continue;
+                close(self->reservations[i]);
+                close(self->locks[i]);
+                self->reservations[i] = self->locks[i] = -1;
+                return s_fatal(self, 1, err), -1;
+            }
+            int port_tw = 0;
+            if (bind_errno != EADDRINUSE || s_why_in_use(port, &port_tw, err, sizeof err) < 0)
+                return s_fatal(self, 1, err), -1;
+            tw += port_tw;
+            size_t used = strlen(waiting);
+            if (used < sizeof waiting - 16)
+                snprintf(waiting + used, sizeof waiting - used, "%s%d", nwait ? " " : "", port);
+            nwait++;
+        }
+        if (!nwait)
+            return 0;
+        int64_t now = rdzv_now_ms();
+        if (now - start >= (int64_t) self->opts.reserve_wait_s * 1000) {
+            snprintf(err, sizeof err, "cannot reserve port%s %s: still in use after "
+                     "--reserve-wait %d s (%d socket%s in TIME_WAIT, no live one)", nwait > 1 ? "s" : "", waiting,
+                     self->opts.reserve_wait_s, tw, tw == 1 ? "" : "s");
             return s_fatal(self, 1, err), -1;
+        }
+        if (now >= next_line) {
+            next_line = now + 5000;
+            fprintf(stderr, "rdzv agent: waiting for port%s %s to leave TIME_WAIT (%d socket%s "
+                    "closed before this agent ran); %lld s of --reserve-wait %d s\n",
+                    nwait > 1 ? "s" : "", waiting, tw, tw == 1 ? "" : "s",
+                    (long long) ((now - start) / 1000), self->opts.reserve_wait_s);
+        }
+        if (s_interrupted(self, 1000))
+            return s_fatal(self, 1, "interrupted while waiting for the plan's ports"), -1;
     }
-    return 0;
 }
 
 /* --shim, else the shim of the build tree this rdzv was built in, else the

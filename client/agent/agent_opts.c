@@ -5,11 +5,12 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { OPT_SHIM = 256, OPT_PORT_RANGE, OPT_ALLOW_UID, OPT_HEARTBEAT };
+enum { OPT_SHIM = 256, OPT_PORT_RANGE, OPT_ALLOW_UID, OPT_HEARTBEAT, OPT_RESERVE_WAIT };
 
 static const struct option s_options[] = {
     { "server", required_argument, NULL, 's' },
@@ -24,6 +25,7 @@ static const struct option s_options[] = {
     { "port-range", required_argument, NULL, OPT_PORT_RANGE },
     { "allow-uid", required_argument, NULL, OPT_ALLOW_UID },
     { "heartbeat", required_argument, NULL, OPT_HEARTBEAT },
+    { "reserve-wait", required_argument, NULL, OPT_RESERVE_WAIT },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
 };
@@ -32,18 +34,21 @@ void rdzv_agent_opts_usage(void)
 {
     printf("usage: rdzv agent --server EP --group G --world N --rank R\n"
            "                  [--host ADDR] [--node NAME] --socket PATH [--timeout SEC]\n"
-           "                  [--heartbeat SEC] [--port-range BASE-LIMIT] [--shim PATH]\n"
-           "                  [--allow-uid UID]... [-- CMD ARGS...]\n"
+           "                  [--heartbeat SEC] [--reserve-wait SEC] [--port-range BASE-LIMIT]\n"
+           "                  [--shim PATH] [--allow-uid UID]... [-- CMD ARGS...]\n"
            "Joins the group, keeps this rank's ports reserved and serves them to the\n"
            "LD_PRELOAD shim over the unix socket PATH (PATH.env holds the assignment).\n"
+           "A plan port left in TIME_WAIT by an earlier socket is waited for, up to\n"
+           "--reserve-wait SEC (default %d); one a live socket holds is an error.\n"
            "Environment: RDZV_SERVER RDZV_GROUP RDZV_WORLD RDZV_RANK RDZV_HOST RDZV_NODE\n"
-           "RDZV_AGENT_SOCKET RDZV_PORT_RANGE (default %d-%d) RDZV_SHIM.\n"
+           "RDZV_AGENT_SOCKET RDZV_PORT_RANGE (default %d-%d) RDZV_SHIM RDZV_HEARTBEAT\n"
+           "RDZV_RESERVE_WAIT.\n"
            "SIGTERM, SIGINT, SIGHUP and SIGQUIT go to CMD; without CMD they stop the agent.\n"
            "Exit: CMD's status (128+N for signal N), or 0 without CMD; 2 usage;\n"
            "3 first join timed out; 4 refused, or the group was deleted (heartbeat\n"
            "not_found, or a rejoin with another port plan: CMD stopped, ports released);\n"
            "1 other errors.\n",
-           RDZV_DEFAULT_PORT_BASE, RDZV_DEFAULT_PORT_LIMIT);
+           RDZV_AGENT_DEFAULT_RESERVE_WAIT_S, RDZV_DEFAULT_PORT_BASE, RDZV_DEFAULT_PORT_LIMIT);
 }
 
 static int s_parse_int(const char *text, long lo, long hi, int *out)
@@ -85,26 +90,64 @@ static void s_defaults(rdzv_agent_opts_t *o)
     o->world = -1;
     o->rank = -1;
     o->heartbeat_s = RDZV_AGENT_DEFAULT_HEARTBEAT_S;
+    o->reserve_wait_s = RDZV_AGENT_DEFAULT_RESERVE_WAIT_S;
     o->range_base = RDZV_DEFAULT_PORT_BASE;
     o->range_limit = RDZV_DEFAULT_PORT_LIMIT;
+}
+
+/* The numeric options: each has a variable, and a bad value of either names
+ * the option, the variable and the range, as rdzv join does. */
+typedef struct {
+    int opt;
+    const char *flag, *env;
+    long lo, hi;
+    size_t offset;
+} s_int_opt_t;
+
+static const s_int_opt_t s_int_opts[] = {
+    { 'w', "--world", "RDZV_WORLD", 1, INT_MAX, offsetof(rdzv_agent_opts_t, world) },
+    { 'r', "--rank", "RDZV_RANK", 0, INT_MAX, offsetof(rdzv_agent_opts_t, rank) },
+    { 't', "--timeout", NULL, 1, RDZV_MAX_TIMEOUT_MS / 1000,
+      offsetof(rdzv_agent_opts_t, timeout_s) },
+    { OPT_HEARTBEAT, "--heartbeat", "RDZV_HEARTBEAT", 1, 3600,
+      offsetof(rdzv_agent_opts_t, heartbeat_s) },
+    { OPT_RESERVE_WAIT, "--reserve-wait", "RDZV_RESERVE_WAIT", 0, 3600,
+      offsetof(rdzv_agent_opts_t, reserve_wait_s) },
+};
+
+static int s_set_int(rdzv_agent_opts_t *o, const s_int_opt_t *spec, const char *text,
+                     char *err, size_t errlen)
+{
+    if (s_parse_int(text, spec->lo, spec->hi, (int *) ((char *) o + spec->offset)) == 0)
+        return 0;
+    char or_env[48] = "";
+    if (spec->env)
+        snprintf(or_env, sizeof or_env, " (or %s)", spec->env);
+    snprintf(err, errlen, "%s%s must be an integer in %ld..%ld, not '%s'", spec->flag, or_env,
+             spec->lo, spec->hi, text);
+    return -1;
 }
 
 static int s_env_overrides(rdzv_agent_opts_t *o, char *err, size_t errlen)
 {
     const char *v;
-    if ((v = getenv("RDZV_WORLD")) && *v && s_parse_int(v, 1, INT_MAX, &o->world) < 0)
-        return snprintf(err, errlen, "bad RDZV_WORLD: %s", v), -1;
-    if ((v = getenv("RDZV_RANK")) && *v && s_parse_int(v, 0, INT_MAX, &o->rank) < 0)
-        return snprintf(err, errlen, "bad RDZV_RANK: %s", v), -1;
+    for (size_t i = 0; i < sizeof s_int_opts / sizeof s_int_opts[0]; i++)
+        if (s_int_opts[i].env && (v = getenv(s_int_opts[i].env)) && *v
+            && s_set_int(o, &s_int_opts[i], v, err, errlen) < 0)
+            return -1;
     if ((v = getenv(RDZV_PORT_RANGE_ENV)) && *v
         && rdzv_agent_parse_range(v, &o->range_base, &o->range_limit) < 0)
-        return snprintf(err, errlen, "bad %s: %s", RDZV_PORT_RANGE_ENV, v), -1;
+        return snprintf(err, errlen, "--port-range (or %s) must be BASE-LIMIT with "
+                        "1 <= BASE < LIMIT <= 65536, not '%s'", RDZV_PORT_RANGE_ENV, v), -1;
     return 0;
 }
 
 static int s_option(rdzv_agent_opts_t *o, int c, const char *arg, char *err, size_t errlen)
 {
     int uid = 0;
+    for (size_t i = 0; i < sizeof s_int_opts / sizeof s_int_opts[0]; i++)
+        if (s_int_opts[i].opt == c)
+            return s_set_int(o, &s_int_opts[i], arg, err, errlen);
     switch (c) {
     case 's': o->server = arg; return 0;
     case 'g': o->group = arg; return 0;
@@ -113,39 +156,25 @@ static int s_option(rdzv_agent_opts_t *o, int c, const char *arg, char *err, siz
     case 'S': o->socket_path = arg; return 0;
     case OPT_SHIM: o->shim_path = arg; return 0;
     case 'h': o->help = true; return 0;
-    case 'w':
-        if (s_parse_int(arg, 1, INT_MAX, &o->world) == 0)
-            return 0;
-        break;
-    case 'r':
-        if (s_parse_int(arg, 0, INT_MAX, &o->rank) == 0)
-            return 0;
-        break;
-    case 't':
-        if (s_parse_int(arg, 1, RDZV_MAX_TIMEOUT_MS / 1000, &o->timeout_s) == 0)
-            return 0;
-        break;
-    case OPT_HEARTBEAT:
-        if (s_parse_int(arg, 1, 3600, &o->heartbeat_s) == 0)
-            return 0;
-        break;
     case OPT_PORT_RANGE:
         if (rdzv_agent_parse_range(arg, &o->range_base, &o->range_limit) == 0)
             return 0;
-        break;
+        snprintf(err, errlen, "--port-range (or %s) must be BASE-LIMIT with "
+                 "1 <= BASE < LIMIT <= 65536, not '%s'", RDZV_PORT_RANGE_ENV, arg);
+        return -1;
     case OPT_ALLOW_UID:
         if (o->n_allow_uids < RDZV_AGENT_MAX_ALLOW_UIDS
             && s_parse_int(arg, 0, INT_MAX, &uid) == 0) {
             o->allow_uids[o->n_allow_uids++] = (uid_t) uid;
             return 0;
         }
-        break;
+        snprintf(err, errlen, "--allow-uid must be a uid in 0..%d (at most %d of them), "
+                 "not '%s'", INT_MAX, RDZV_AGENT_MAX_ALLOW_UIDS, arg);
+        return -1;
     default:
         snprintf(err, errlen, "unknown option (see rdzv agent --help)");
         return -1;
     }
-    snprintf(err, errlen, "bad value for an option: %s", arg);
-    return -1;
 }
 
 static int s_check(const rdzv_agent_opts_t *o, char *err, size_t errlen)

@@ -8,6 +8,7 @@
 
 #define RDZV_AGENT_MAX_ALLOW_UIDS 16
 #define RDZV_AGENT_DEFAULT_HEARTBEAT_S 5
+#define RDZV_AGENT_DEFAULT_RESERVE_WAIT_S 90
 
 typedef struct {
     const char *server;
@@ -20,6 +21,7 @@ typedef struct {
     const char *shim_path;     /* NULL: the built or installed librdzv_shim.so */
     int timeout_s;             /* first join; 0: librdzv's default */
     int heartbeat_s;
+    int reserve_wait_s;        /* how long a plan port may stay in TIME_WAIT */
     int range_base;
     int range_limit;
     uid_t allow_uids[RDZV_AGENT_MAX_ALLOW_UIDS];

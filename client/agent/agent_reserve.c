@@ -82,8 +82,9 @@ static int s_lock(int port, char *err, size_t errlen)
     return -1;
 }
 
-int rdzv_reserve_port(int port, int *lock, char *err, size_t errlen)
+int rdzv_reserve_port(int port, int *lock, int *bind_errno, char *err, size_t errlen)
 {
+    *bind_errno = 0;
     *lock = s_lock(port, err, errlen);
     if (*lock < 0)
         return -1;
@@ -93,11 +94,37 @@ int rdzv_reserve_port(int port, int *lock, char *err, size_t errlen)
         fd = s_bind_v4(port);
     if (fd < 0) {
         snprintf(err, errlen, "cannot reserve port %d: %s", port, strerror(-fd));
+        *bind_errno = -fd;
         close(*lock);
         *lock = -1;
         return -1;
     }
     return fd;
+}
+
+bool rdzv_reserve_would_reuse(int port)
+{
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP);
+    struct sockaddr_in6 sin6 = { .sin6_family = AF_INET6, .sin6_port = htons((uint16_t) port),
+                                 .sin6_addr = IN6ADDR_ANY_INIT };
+    struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons((uint16_t) port),
+                               .sin_addr.s_addr = htonl(INADDR_ANY) };
+    struct sockaddr *addr = (struct sockaddr *) &sin6;
+    socklen_t len = sizeof sin6;
+    if (fd < 0) {                    /* no IPv6 here */
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, IPPROTO_TCP);
+        addr = (struct sockaddr *) &sin;
+        len = sizeof sin;
+    }
+    if (fd < 0)
+        return false;
+    int on = 1, off = 0;
+    if (addr->sa_family == AF_INET6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    bool ok = bind(fd, addr, len) == 0;
+    close(fd);
+    return ok;
 }
 
 int rdzv_reserve_handover(const struct sockaddr *addr, socklen_t addrlen,

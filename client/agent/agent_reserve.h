@@ -16,8 +16,14 @@
  * namespace's lock on the port: an abstract unix socket, which only one
  * process can hold and the kernel frees when it dies. Returns the
  * descriptor, or -1 with the reason (naming the agent that holds the port)
- * in err. Keep *lock open as long as the reservation. */
-int rdzv_reserve_port(int port, int *lock, char *err, size_t errlen);
+ * in err, and the bind's errno in *bind_errno where the bind failed (0
+ * otherwise). Keep *lock open as long as the reservation. */
+int rdzv_reserve_port(int port, int *lock, int *bind_errno, char *err, size_t errlen);
+
+/* Whether a bind with SO_REUSEADDR (never listening, closed at once) would
+ * get port where the reservation's bind did not: then only sockets in
+ * TIME_WAIT stand in the way, and they go by themselves. */
+bool rdzv_reserve_would_reuse(int port);
 
 /* A TCP socket of addr's family bound to addr, with IPV6_V6ONLY as given
  * (AF_INET6 only), next to the reservation. Returns the descriptor, or a

@@ -8,8 +8,9 @@ real rdzvd, a real agent and real programs under LD_PRELOAD, on loopback.
 Each case starts its own rdzvd and agent on a managed range of its own
 (BASE + 16 * index, 16 ports, 8 per rank), so cases may run in parallel.
 The cases are in cases_leases.py (probes, listeners, what the engine leaves
-behind, stalls and races) and cases_lifecycle.py (epochs, CMD, signals,
-deleted groups); the harness is pod.py.
+behind, stalls and races), cases_lifecycle.py (epochs, CMD, signals,
+deleted groups) and cases_reserve.py (ports already taken when the agent
+reserves); the harness is pod.py.
 Exit 0 pass, 1 fail, 77 skip."""
 import sys
 
@@ -26,6 +27,8 @@ from cases_lifecycle import (case_cmd, case_cmd_not_runnable, case_cmd_sighup,  
                              case_group_deleted, case_two_agents_one_netns,
                              case_new_engine_epoch, case_rank_taken, case_replan,
                              case_sidecar_sigquit)
+from cases_reserve import (case_reserve_beside_listener, case_reserve_live_holder,  # noqa
+                           case_reserve_time_wait)
 from pod import case_options, run_pod_case, verdict
 
 POD_CASES = {
@@ -73,7 +76,10 @@ OWN_CASES = {"cmd": case_cmd, "cmd_signal": case_cmd_signal,
              "rank_taken": case_rank_taken, "epoch_follows": case_epoch_follows,
              "env_file_mode": case_env_file_mode,
              "two_agents_one_netns": case_two_agents_one_netns,
-             "failed_start_resumes": case_failed_start_resumes}
+             "failed_start_resumes": case_failed_start_resumes,
+             "reserve_time_wait": case_reserve_time_wait,
+             "reserve_live_holder": case_reserve_live_holder,
+             "reserve_beside_listener": case_reserve_beside_listener}
 CASES = list(POD_CASES) + list(OWN_CASES)
 
 

@@ -1,0 +1,187 @@
+"""How `rdzv agent` reserves its plan when something is already on a port
+(docs/agent.md, "Reserving the plan"): it waits out TIME_WAIT, names a live
+holder and exits 1, and never takes a port beside another process's
+listener, which SO_REUSEPORT would let it do and which would split that
+listener's connections. Each case runs its own rdzvd on its own range."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+
+import rdzvtest
+from pod import BASE, PER_RANK, PY, SPAN, WAIT_S, check, wait_for
+
+REUSEPORT_LISTENER = """
+import socket, sys, time
+l = socket.socket(socket.AF_INET6)
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+l.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+l.bind(("::", %d)); l.listen(8)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+class Range:
+    """rdzvd on the case's own managed range, and the agent's command line."""
+
+    def __init__(self, opts, index):
+        self.opts = opts
+        self.base = BASE + SPAN * index
+        self.limit = self.base + SPAN
+        self.tmp = tempfile.TemporaryDirectory(prefix="rdzv-shim-")
+        self.sock = os.path.join(self.tmp.name, "agent.sock")
+        self.rdzvd = rdzvtest.Rdzvd(opts.rdzvd, self.tmp.name, "--port-base", str(self.base),
+                                    "--ports-per-rank", str(PER_RANK), "--port-limit",
+                                    str(self.limit), "--no-nccl")
+        self.group = "r%d" % index
+
+    def argv(self, *extra):
+        return [self.opts.rdzv, "agent", "--server", self.rdzvd.endpoint, "--group", self.group,
+                "--world", "1", "--rank", "0", "--host", "127.0.0.1", "--node", "n",
+                "--socket", self.sock, "--port-range", "%d-%d" % (self.base, self.limit),
+                "--shim", self.opts.shim, "--timeout", "20", *extra]
+
+    def epoch(self):
+        out = subprocess.run([self.opts.rdzv, "status", "--server", self.rdzvd.endpoint],
+                             capture_output=True, text=True, timeout=WAIT_S).stdout
+        return json.loads(out.strip().splitlines()[-1])["groups"][0]["epoch"]
+
+    def close(self):
+        self.rdzvd.stop()
+        self.tmp.cleanup()
+
+
+def time_wait_on(port):
+    """Leaves port in TIME_WAIT: the side that closes first keeps it there
+    for a minute, as a server that ran before rdzv does."""
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", port))
+    srv.listen()
+    c = socket.create_connection(("127.0.0.1", port))
+    a, _ = srv.accept()
+    a.close()                        # the server side first: its end waits
+    time.sleep(0.1)
+    c.close()
+    srv.close()
+
+
+def time_waits(port):
+    out = subprocess.run(["ss", "-Htan", "state", "time-wait", "sport = :%d" % port],
+                         capture_output=True, text=True).stdout
+    return len(out.splitlines())
+
+
+def case_reserve_time_wait(opts, index):
+    """A plan port in TIME_WAIT only: the agent says it waits (naming the
+    port), gives up after --reserve-wait with exit 1, and with time to wait
+    starts once the port is free; the group stays at epoch 1."""
+    if not shutil.which("ss"):
+        raise rdzvtest.Skip("ss (iproute2) is not installed")
+    r = Range(opts, index)
+    try:
+        port = r.base + 2
+        time_wait_on(port)
+        check(time_waits(port) == 1, "no TIME_WAIT on %d to start with" % port)
+        t0 = time.monotonic()
+        first = subprocess.run(r.argv("--reserve-wait", "2"), capture_output=True, text=True,
+                               timeout=WAIT_S)
+        took = time.monotonic() - t0
+        check(first.returncode == 1, "with --reserve-wait 2 the agent exited %d: %s"
+              % (first.returncode, first.stderr))
+        check("waiting for port %d to leave TIME_WAIT (1 socket" % port in first.stderr,
+              "the agent did not say it waits for %d: %s" % (port, first.stderr))
+        check("cannot reserve port %d: still in use after --reserve-wait 2 s (1 socket in "
+              "TIME_WAIT" % port in first.stderr and took >= 2,
+              "the agent did not give up after 2 s (%.1f s): %s" % (took, first.stderr))
+        log = os.path.join(r.tmp.name, "agent.log")
+        agent = subprocess.Popen(r.argv("--reserve-wait", "90"), stderr=open(log, "w"))
+        try:
+            wait_for(lambda: "waiting for port %d" % port in open(log).read(),
+                     "the waiting line")
+            check(not os.path.exists(r.sock), "the agent serves while its port is taken")
+            # Root can end the TIME_WAIT now; else it ends by itself within
+            # a minute or so.
+            subprocess.run(["ss", "-K", "state", "time-wait", "sport = :%d" % port],
+                           capture_output=True)
+            wait_for(lambda: os.path.exists(r.sock) or agent.poll() is not None,
+                     "the agent to start once the port is free", timeout=80)
+            check(os.path.exists(r.sock), "the agent did not start: %s" % open(log).read())
+            check(r.epoch() == 1, "the group moved to epoch %s" % r.epoch())
+        finally:
+            agent.terminate()
+            agent.wait(timeout=WAIT_S)
+    finally:
+        r.close()
+
+
+def case_reserve_live_holder(opts, index):
+    """A plan port a live listener holds: the agent exits 1 at once, naming
+    the port, the socket's state, its pid and command."""
+    r = Range(opts, index)
+    holder = socket.socket()
+    try:
+        port = r.base + 5
+        holder.bind(("0.0.0.0", port))
+        holder.listen()
+        t0 = time.monotonic()
+        p = subprocess.run(r.argv("--reserve-wait", "30"), capture_output=True, text=True,
+                           timeout=WAIT_S)
+        took = time.monotonic() - t0
+        want = "cannot reserve port %d: it is held by a LISTEN socket of pid %d (" % (
+            port, os.getpid())
+        check(p.returncode == 1 and want in p.stderr,
+              "the agent exited %d: %s" % (p.returncode, p.stderr))
+        check(took < 10, "the agent waited %.1f s for a live holder" % took)
+    finally:
+        holder.close()
+        r.close()
+
+
+def case_reserve_beside_listener(opts, index):
+    """A listener of the agent's uid with SO_REUSEPORT on a plan port (an
+    engine of another group, left running by its agent): the kernel would
+    let the reservation in beside it, and the engine's own listener later,
+    splitting its connections. The agent exits 1 naming it. A listener of
+    this rank's own engine (its RDZV_AGENT_SOCKET is the agent's socket),
+    left by an agent that died, is kept: the new agent starts."""
+    r = Range(opts, index)
+    other = None
+    try:
+        port = r.base + 1
+        env = dict(os.environ)
+        env.pop("RDZV_AGENT_SOCKET", None)
+        other = subprocess.Popen([PY, "-c", REUSEPORT_LISTENER % port], env=env,
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        check(other.stdout.readline().strip() == "ready", "the other listener did not start")
+        p = subprocess.run(r.argv(), capture_output=True, text=True, timeout=WAIT_S)
+        want = "port %d is held by a LISTEN socket of pid %d (python3), which is not this " \
+               "agent's engine" % (port, other.pid)
+        check(p.returncode == 1 and want in p.stderr,
+              "the agent exited %d: %s" % (p.returncode, p.stderr))
+        check(not os.path.exists(r.sock), "the refused agent left a socket")
+        other.stdin.close()
+        other.wait(timeout=WAIT_S)
+        env["RDZV_AGENT_SOCKET"] = r.sock
+        other = subprocess.Popen([PY, "-c", REUSEPORT_LISTENER % port], env=env,
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        check(other.stdout.readline().strip() == "ready", "the own listener did not start")
+        log = os.path.join(r.tmp.name, "agent.log")
+        agent = subprocess.Popen(r.argv(), stderr=open(log, "w"))
+        try:
+            wait_for(lambda: os.path.exists(r.sock) or agent.poll() is not None,
+                     "the agent beside its own engine's listener")
+            check(os.path.exists(r.sock), "beside this rank's own engine the agent did not "
+                  "start: %s" % open(log).read())
+        finally:
+            agent.terminate()
+            agent.wait(timeout=WAIT_S)
+    finally:
+        if other and other.poll() is None:
+            other.stdin.close()
+            other.wait(timeout=WAIT_S)
+        r.close()
