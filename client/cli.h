@@ -65,4 +65,12 @@ rdzv_client_t *cli_connect(const char *cmd, const char *server, int timeout_ms, 
 /* Prints the failure of rc (if any) and returns the exit code for it. */
 int cli_result(const char *cmd, const rdzv_client_t *client, int rc);
 
+/* A line on stderr every 5 s, until stopped, saying what a join of group
+ * waits for (cli_progress.c); timeout_ms is the join's (0: the default).
+ * NULL if it cannot start, which only costs the lines. */
+typedef struct cli_progress cli_progress_t;
+cli_progress_t *cli_progress_start(const char *cmd, const char *server, const char *group,
+                                   int timeout_ms);
+void cli_progress_stop(cli_progress_t **progress);
+
 #endif

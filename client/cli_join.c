@@ -291,7 +291,11 @@ int cli_join_main(int argc, char **argv)
     if (!client)
         return rc;
     rdzv_assignment_t *asg = NULL;
-    rc = cli_result(S_CMD, client, s_join(client, &args, &asg));
+    cli_progress_t *progress = cli_progress_start(S_CMD, f.server, args.group,
+                                                  args.timeout_ms);
+    rc = s_join(client, &args, &asg);
+    cli_progress_stop(&progress);
+    rc = cli_result(S_CMD, client, rc);
     /* Close the socket before exec so CMD inherits no ZeroMQ state. */
     rdzv_client_destroy(&client);
     bool roots_here = args.rank == 0 && args.nccl_id && strcmp(args.nccl_id, "rank0") == 0;

@@ -536,9 +536,17 @@ RDZV_EXPORT int rdzv_join(rdzv_client_t *self, const rdzv_join_args_t *args,
     /* The margin lets rdzvd's own timeout reply, which says how many ranks
      * joined, arrive before the client gives up. */
     rc = s_call(self, req, rdzv_now_ms() + timeout_ms + RDZV_WAIT_MARGIN_MS, &reply);
+    /* Said in the user's terms: the timeout they gave, and what to check. */
     if (rc == RDZV_ERR_TIMEOUT && self->code[0] == '\0')
-        return s_fail(self, rc, "%s did not answer within %d ms", self->endpoint,
-                      timeout_ms + RDZV_WAIT_MARGIN_MS);
+        return s_fail(self, rc, "no reply from %s (rdzvd down, wrong address, "
+                      "Service/NetworkPolicy, or CURVE keys); timeout %g s", self->endpoint,
+                      timeout_ms / 1000.0);
+    if (rc == RDZV_ERR_TIMEOUT) {
+        char said[sizeof self->err];
+        snprintf(said, sizeof said, "%s", self->err);
+        return s_fail(self, rc, "%.*s; timeout %g s", (int) sizeof said - 32, said,
+                      timeout_ms / 1000.0);
+    }
     if (rc != RDZV_OK)
         return rc;
     rc = s_take_assignment(self, reply, args, out);

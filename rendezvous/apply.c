@@ -176,6 +176,7 @@ int rdzv_state_apply(void *arg, const cJSON *json)
         if (rec.u.complete.epoch != g->epoch || !g->complete)
             return -1;
         g->root_done_epoch = rec.u.complete.epoch;
+        g->root_retired = rec.u.complete.retired;
         return 0;
     case RDZV_REC_DELETE:
         rdzv_state_remove_group(self, rec.group);

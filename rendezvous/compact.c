@@ -84,7 +84,7 @@ static bool s_add_group(const rdzv_state_t *st, const rdzv_group_t *g, cJSON *re
         ok = s_add(records, rdzv_record_complete(g->name, g->epoch, g->nccl_ids
                                                  ? cJSON_Duplicate(g->nccl_ids, 1) : NULL));
     if (ok && g->complete && g->root_done_epoch == g->epoch)
-        ok = s_add(records, rdzv_record_root_done(g->name, g->epoch));
+        ok = s_add(records, rdzv_record_root_done(g->name, g->epoch, g->root_retired));
     for (rdzv_shared_t *v = zhashx_first(g->kv); ok && v; v = zhashx_next(g->kv)) {
         ok = s_add(records, rdzv_record_kv_ref(g->name, g->epoch, zhashx_cursor(g->kv), v->text));
         if (ok)

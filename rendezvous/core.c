@@ -220,9 +220,8 @@ static void s_tick_group(rdzv_batch_t *b, rdzv_group_t *g)
         if (m->waiting && m->deadline_ms <= now_ms) {
             m->waiting = false;
             g->waiting--;
-            rdzv_batch_error(b, &m->peer, RDZV_E_TIMEOUT,
-                             "group %s: %d of %d ranks joined epoch %lld before the deadline",
-                             g->name, g->joined, g->world, (long long) g->epoch);
+            rdzv_batch_reply(b, &m->peer, rdzv_group_timeout_reply(g, m->peer.req));
+            b->metrics->refusals[rdzv_error_code_index(RDZV_E_TIMEOUT)]++;
         }
     }
     rdzv_kv_waiter_t *w = zlistx_first(g->kv_waiters);
@@ -236,13 +235,21 @@ static void s_tick_group(rdzv_batch_t *b, rdzv_group_t *g)
         w = next;
     }
     int report = g->root ? rdzv_ncclroot_poll(g->root) : -1;
-    if (report == 1) {
-        rdzv_group_next_epoch(b, g, "nccl root timed out before every rank arrived");
-    } else if (report == 0) {
+    if (report == 0 || report == 1) {
         /* Every rank arrived: reap the helper, and record that a restart
-         * loses nothing of this epoch. */
+         * loses nothing of this epoch. Or they did not within
+         * --nccl-root-timeout: an engine that makes its own IDs (vLLM)
+         * never comes, and moving a healthy group to a new epoch under it
+         * would be worse than an ID nobody used. The root is retired, the
+         * epoch stands, and status says so. */
         rdzv_ncclroot_destroy(&g->root);
-        rdzv_batch_record(b, rdzv_record_root_done(g->name, g->epoch));
+        g->root_retired = report == 1;
+        if (report == 1)
+            rdzv_core_log("nccl", "group=%s epoch=%lld: its nccl root was retired after "
+                          "--nccl-root-timeout without every rank reaching it; the epoch "
+                          "stands and its server-made ID no longer works", g->name,
+                          (long long) g->epoch);
+        rdzv_batch_record(b, rdzv_record_root_done(g->name, g->epoch, g->root_retired));
     }
     if (g->overlaps_due)
         rdzv_group_check_overlaps(b, g);

@@ -1,5 +1,8 @@
 /* The assignment and status documents, built from a group's state. */
 #include "documents.h"
+#include "rdzv_proto.h"
+
+#include <stdio.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -145,12 +148,57 @@ cJSON *rdzv_group_overlaps(const rdzv_state_t *st, const rdzv_group_t *g)
 }
 
 /* Where a complete epoch's server-made root stands: a helper serves it,
- * every rank reached it, or it died with an earlier rdzvd first. */
+ * every rank reached it, it was retired with ranks still to come, or it
+ * died with an earlier rdzvd first. */
 static const char *s_root_state(const rdzv_group_t *g)
 {
     if (g->root)
         return "serving";
-    return g->root_lost ? "lost" : "done";
+    if (g->root_lost)
+        return "lost";
+    return g->root_retired && g->root_done_epoch == g->epoch ? "retired" : "done";
+}
+
+cJSON *rdzv_group_missing(const rdzv_group_t *g, int max)
+{
+    cJSON *out = cJSON_CreateArray();
+    for (int r = 0; out && r < g->world && cJSON_GetArraySize(out) < max; r++) {
+        const rdzv_member_t *m = rdzv_group_at(g, r);
+        if (!m || m->epoch != g->epoch)
+            cJSON_AddItemToArray(out, cJSON_CreateNumber(r));
+    }
+    return out;
+}
+
+char *rdzv_group_timeout_reply(const rdzv_group_t *g, int64_t req_id)
+{
+    enum { NAMED = 8 };
+    cJSON *missing = rdzv_group_missing(g, RDZV_STATUS_MISSING_MAX);
+    int count = g->world - g->joined, named = 0;
+    char ranks[160] = "";
+    for (const cJSON *r = missing ? missing->child : NULL; r && named < NAMED; r = r->next) {
+        size_t used = strlen(ranks);
+        snprintf(ranks + used, sizeof ranks - used, "%s%d", named ? ", " : "", r->valueint);
+        named++;
+    }
+    char more[48] = "";
+    if (count > named)
+        snprintf(more, sizeof more, " and %d more", count - named);
+    char msg[320];
+    snprintf(msg, sizeof msg, "group %s: %d of %d ranks joined epoch %lld, waiting for rank%s "
+             "%s%s", g->name, g->joined, g->world, (long long) g->epoch, count > 1 ? "s" : "",
+             ranks, more);
+    cJSON *detail = cJSON_CreateObject();
+    if (detail) {
+        cJSON_AddNumberToObject(detail, "joined", g->joined);
+        cJSON_AddNumberToObject(detail, "world", g->world);
+        cJSON_AddNumberToObject(detail, "missing_count", count);
+        if (missing)
+            cJSON_AddItemToObject(detail, "missing", missing);
+        missing = NULL;
+    }
+    cJSON_Delete(missing);
+    return rdzv_reply_error_detail(req_id, RDZV_E_TIMEOUT, msg, detail);
 }
 
 static cJSON *s_status(const rdzv_state_t *st, rdzv_group_t *g, int64_t now_ms)
@@ -162,9 +210,19 @@ static cJSON *s_status(const rdzv_state_t *st, rdzv_group_t *g, int64_t now_ms)
     cJSON_AddBoolToObject(item, "complete", g->complete);
     cJSON *joined = cJSON_AddArrayToObject(item, "joined");
     const rdzv_member_t *m;
+    int64_t first_join = 0;
     for (int r = 0; (m = rdzv_group_next(g, &r)); r++)
-        if (m->epoch == g->epoch)
+        if (m->epoch == g->epoch) {
             cJSON_AddItemToArray(joined, cJSON_CreateNumber(r));
+            if (m->joined_at_ms > 0 && (!first_join || m->joined_at_ms < first_join))
+                first_join = m->joined_at_ms;
+        }
+    cJSON_AddNumberToObject(item, "missing_count", g->world - g->joined);
+    cJSON_AddItemToObject(item, "missing", rdzv_group_missing(g, RDZV_STATUS_MISSING_MAX));
+    /* Since this epoch's first join, as this rdzvd saw it (none after a
+     * restart until a rank joins again). */
+    if (first_join)
+        cJSON_AddNumberToObject(item, "age_s", (double) ((now_ms - first_join) / 1000));
     cJSON_AddStringToObject(item, "nccl_mode", rdzv_nccl_mode_name(g->nccl_mode));
     if (g->nccl_mode == RDZV_NCCL_SERVER && g->complete)
         cJSON_AddStringToObject(item, "nccl_root", s_root_state(g));

@@ -24,6 +24,15 @@ char *rdzv_assignment_text(const rdzv_state_t *st, rdzv_group_t *g, int rank, in
  * too, each with the first such node by name, as status shows them; NULL if
  * none. A function of the state alone, so a restart shows the same. */
 cJSON *rdzv_group_overlaps(const rdzv_state_t *st, const rdzv_group_t *g);
+/* The first max ranks (in rank order) that have not joined g's current
+ * epoch, as an array; status lists RDZV_STATUS_MISSING_MAX of them beside
+ * the count. NULL out of memory. */
+#define RDZV_STATUS_MISSING_MAX 64
+cJSON *rdzv_group_missing(const rdzv_group_t *g, int max);
+/* The timeout reply to a join of g that waited in vain: how many ranks
+ * joined, and which are missing (the first 8 in the message, the first
+ * RDZV_STATUS_MISSING_MAX in "missing"); malloc'd, NULL out of memory. */
+char *rdzv_group_timeout_reply(const rdzv_group_t *g, int64_t req_id);
 /* The status objects of every group, or of the one named (an empty array
  * if there is none), as the status op and /v1/groups answer them. */
 cJSON *rdzv_state_status(const rdzv_state_t *st, const char *group, int64_t now_ms);

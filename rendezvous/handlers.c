@@ -14,12 +14,19 @@
 static void s_set_waiter(rdzv_batch_t *self, rdzv_group_t *g, rdzv_member_t *m,
                          const rdzv_peer_t *peer, const rdzv_request_t *req)
 {
+    /* A copy of the waiting request itself (same connection, same id: the
+     * client resends until answered) keeps the deadline; moved with every
+     * copy, the deadline would pass only after the client gave up, and the
+     * timeout reply that says who is missing would never be read. */
+    bool resend = m->waiting && m->peer.req == peer->req && m->peer.len == peer->len
+                  && memcmp(rdzv_peer_id(&m->peer), rdzv_peer_id(peer), peer->len) == 0;
     if (!m->waiting)
         g->waiting++;
     m->waiting = true;
     rdzv_peer_clear(&m->peer);
     rdzv_peer_copy(&m->peer, peer);
-    m->deadline_ms = self->now_ms + req->timeout_ms;
+    if (!resend)
+        m->deadline_ms = self->now_ms + req->timeout_ms;
     m->want_members = req->members;
 }
 

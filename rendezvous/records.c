@@ -113,8 +113,10 @@ int rdzv_record_read(const cJSON *rec, rdzv_record_t *out)
     switch (k) {
     case RDZV_REC_GROUP: return s_read_group(rec, out);
     case RDZV_REC_JOIN: return s_read_join(rec, out);
-    case RDZV_REC_EPOCH:
-    case RDZV_REC_ROOT_DONE: return s_num(rec, "epoch", &out->u.complete.epoch);
+    case RDZV_REC_EPOCH: return s_num(rec, "epoch", &out->u.complete.epoch);
+    case RDZV_REC_ROOT_DONE:
+        out->u.complete.retired = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(rec, "retired"));
+        return s_num(rec, "epoch", &out->u.complete.epoch);
     case RDZV_REC_COMPLETE:
         /* The IDs are optional: records of groups without any. */
         out->u.complete.nccl_ids = s_array(rec, "nccl_ids");
@@ -174,10 +176,12 @@ cJSON *rdzv_record_epoch(const char *group, int64_t epoch)
     return rec ? s_done(rec, cJSON_AddNumberToObject(rec, "epoch", (double) epoch)) : NULL;
 }
 
-cJSON *rdzv_record_root_done(const char *group, int64_t epoch)
+cJSON *rdzv_record_root_done(const char *group, int64_t epoch, bool retired)
 {
     cJSON *rec = s_new(RDZV_REC_ROOT_DONE, group);
-    return rec ? s_done(rec, cJSON_AddNumberToObject(rec, "epoch", (double) epoch)) : NULL;
+    return rec ? s_done(rec, cJSON_AddNumberToObject(rec, "epoch", (double) epoch)
+                                 && (!retired || cJSON_AddTrueToObject(rec, "retired")))
+               : NULL;
 }
 
 cJSON *rdzv_record_complete(const char *group, int64_t epoch, cJSON *nccl_ids)

@@ -7,6 +7,7 @@
 #define RDZV_RECORDS_H
 
 #include <cjson/cJSON.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "nccl_mode.h"
@@ -32,7 +33,9 @@ typedef struct {
     union {
         struct { int64_t world, nccl_ids; rdzv_nccl_mode_t nccl; } group;
         struct { int64_t rank, epoch; const char *host, *node, *session; } join;
-        struct { int64_t epoch; const cJSON *nccl_ids; } complete;  /* epoch, complete, root_done */
+        /* epoch, complete, root_done (retired: the root was stopped with
+         * ranks still to come, rather than reached by all) */
+        struct { int64_t epoch; const cJSON *nccl_ids; bool retired; } complete;
         struct { int64_t count; const cJSON *ranks, *nodes, *starts; } plans;  /* nodes may be NULL */
         struct { int64_t rank, start, count; const char *node; } plan;
         struct { int64_t epoch; const char *key, *value; } kv;
@@ -59,6 +62,6 @@ cJSON *rdzv_record_kv(const char *group, int64_t epoch, const char *key, const c
 /* The same pointing at value, not copying it: value must outlive the record. */
 cJSON *rdzv_record_kv_ref(const char *group, int64_t epoch, const char *key, const char *value);
 cJSON *rdzv_record_delete(const char *group);
-cJSON *rdzv_record_root_done(const char *group, int64_t epoch);
+cJSON *rdzv_record_root_done(const char *group, int64_t epoch, bool retired);
 
 #endif

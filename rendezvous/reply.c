@@ -188,10 +188,21 @@ static char *s_print(cJSON *root)
 
 char *rdzv_reply_error(int64_t id, const char *code, const char *message)
 {
+    return rdzv_reply_error_detail(id, code, message, NULL);
+}
+
+char *rdzv_reply_error_detail(int64_t id, const char *code, const char *message, cJSON *detail)
+{
     cJSON *root = s_reply_object(id, false);
     cJSON *error = cJSON_AddObjectToObject(root, "error");
     cJSON_AddStringToObject(error, "code", code);
     cJSON_AddStringToObject(error, "message", message);
+    for (cJSON *item = detail ? detail->child : NULL; item;) {
+        cJSON *next = item->next;
+        cJSON_AddItemToObject(error, item->string, cJSON_DetachItemViaPointer(detail, item));
+        item = next;
+    }
+    cJSON_Delete(detail);
     return s_print(root);
 }
 

@@ -69,6 +69,9 @@ typedef struct {
 /* Every reply text rdzvd sends (docs/protocol.md), malloc'd, NULL out of
  * memory; each carries the protocol version and the request's id. */
 char *rdzv_reply_error(int64_t id, const char *code, const char *message);
+/* The same with detail's members added to the error object (detail is
+ * consumed; NULL: none). */
+char *rdzv_reply_error_detail(int64_t id, const char *code, const char *message, cJSON *detail);
 char *rdzv_reply_ok(int64_t id);
 /* A heartbeat's: ok, and the group's epoch. */
 char *rdzv_reply_epoch(int64_t id, int64_t epoch);

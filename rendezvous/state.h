@@ -49,6 +49,9 @@ typedef struct {
     cJSON *rank0_ids;            /* rank0 mode: what rank 0 brought to this epoch */
     rdzv_ncclroot_t *root;       /* the helper hosting server-made roots */
     int64_t root_done_epoch;     /* the last epoch whose every rank reached its root */
+    /* ... or whose root was retired after --nccl-root-timeout with ranks
+     * still to come: the epoch stands, its server-made ID no longer works. */
+    bool root_retired;
     /* The epoch's server-made root died with an earlier rdzvd before every
      * rank reached it: the next rank to ask for the IDs moves the group on. */
     bool root_lost;

@@ -42,6 +42,7 @@ typedef struct {
     char *session_path;        /* PATH.session: held until the agent serves */
     char session[2 * 16 + 1];
     pid_t child;
+    cli_progress_t *progress;  /* until the first assignment */
     bool done;
     int exit_code;
 } s_agent_t;
@@ -279,6 +280,7 @@ static void s_start_child(s_agent_t *self, const rdzv_assignment_t *a)
 /* The first assignment: reserve, write PATH.env, open the socket, start CMD. */
 static void s_start(s_agent_t *self, const rdzv_assignment_t *a)
 {
+    cli_progress_stop(&self->progress);
     s_read_range(self, a);
     self->epoch = rdzv_assignment_epoch(a);
     if (s_reserve_plan(self, a) < 0)
@@ -422,6 +424,7 @@ static void s_loop(s_agent_t *self)
 
 static void s_cleanup(s_agent_t *self)
 {
+    cli_progress_stop(&self->progress);
     rdzv_agent_serve_destroy(&self->serve);
     if (self->env_path)
         unlink(self->env_path);
@@ -511,6 +514,8 @@ static int s_init(s_agent_t *self)
         fprintf(stderr, "rdzv agent: %s\n", err);
         return -1;
     }
+    self->progress = cli_progress_start("agent", self->opts.server, self->opts.group,
+                                        self->opts.timeout_s * 1000);
     return 0;
 }
 

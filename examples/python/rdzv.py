@@ -259,7 +259,7 @@ class Client:
         return _take_string(out)
 
     def status(self, group=None):
-        """The groups rdzvd knows (a list of dicts, as `rdzv status` prints)."""
+        """The groups rdzvd knows (a list of dicts, as `rdzv status --json` prints)."""
         out = _c()
         self._check(self._lib.rdzv_status(self._h(), _b(group), ctypes.byref(out)))
         return json.loads(_take_string(out))

@@ -88,8 +88,10 @@ expect 127 "join with a missing command" "$RDZV" $J --world 2 --rank 1 -- /nonex
 expect 4 "join refused" "$RDZV" join --server "$EP" --group refuse --world 2 --rank 0
 has "$ERR" "rdzv: world_mismatch: group refuse has world 4, not 2" "refusal printed"
 expect 3 "join timeout" "$RDZV" join --server "$EP" --group silent --world 2 --rank 0 --timeout 0.3
+expect 0 "status --json" "$RDZV" status --server "$EP" --json
+has "$OUT" '{"groups":[]}' "status --json prints the groups"
 expect 0 "status" "$RDZV" status --server "$EP"
-has "$OUT" '{"groups":[]}' "status prints the groups"
+has "$OUT" 'GROUP' "status prints a table"
 expect 0 "kv put" "$RDZV" kv put --server "$EP" --group g --epoch 1 k v
 expect 0 "kv get" env RDZV_EPOCH=1 "$RDZV" kv get --server "$EP" --group g k
 has "$OUT" "the value" "kv get prints the value"

@@ -423,12 +423,12 @@ def case_curve(opts):
             TAP.ok(True, "a NULL-mechanism peer is dropped during the handshake")
         env = dict(os.environ, RDZV_CURVE_SERVER_PUBLIC=os.path.join(tmp, "server"),
                    RDZV_CURVE_SECRET=os.path.join(tmp, "alice_secret"))
-        rc, out, err = cli(opts, "status", "--server", srv.endpoint, env=env)
+        rc, out, err = cli(opts, "status", "--json", "--server", srv.endpoint, env=env)
         TAP.ok(rc == 0 and "c1" in out, "the client keys from RDZV_CURVE_SERVER_PUBLIC/RDZV_CURVE_SECRET work "
                "(rc %d %s)" % (rc, err.strip()))
         srv.stop(signal.SIGKILL)
         srv.start()
-        rc, out, err = cli(opts, "status", "--server", srv.endpoint, env=env)
+        rc, out, err = cli(opts, "status", "--json", "--server", srv.endpoint, env=env)
         TAP.ok(rc == 0 and "c1" in out, "after kill -9 and restart, CURVE clients resume")
     finally:
         if srv:
@@ -501,10 +501,10 @@ def case_tenant_tokens(opts):
         TAP.ok(rc == 4 and "forbidden" in err, "B's token cannot join a (rc %d)" % rc)
         rc, _, err = cli(opts, "group", "delete", "--server", srv.endpoint, "--group", "a",
                          env=env_b)
-        rc3, out, _ = cli(opts, "status", "--server", srv.endpoint, "--group", "a", env=env_a)
+        rc3, out, _ = cli(opts, "status", "--json", "--server", srv.endpoint, "--group", "a", env=env_a)
         TAP.ok(rc == 4 and rc3 == 0 and '"group":"a"' in out.replace(" ", ""),
                "B's token cannot delete a, which stays (rc %d, then %d)" % (rc, rc3))
-        rc, out, _ = cli(opts, "status", "--server", srv.endpoint, env=env_a)
+        rc, out, _ = cli(opts, "status", "--json", "--server", srv.endpoint, env=env_a)
         flat = out.replace(" ", "")
         TAP.ok(rc == 0 and '"group":"a"' in flat and "team/b" not in flat,
                "A's status of every group lists a and not team/b (rc %d)" % rc)
@@ -559,7 +559,7 @@ def case_group_token(opts):
         rc, a, err = join(opts, srv.endpoint, "t2", 1, 0, extra=["--group-token", tok])
         TAP.ok(rc == 0, "rdzv join --group-token FILE succeeds (rc %d %s)"
                % (rc, err.strip()[:120]))
-        rc, out, err = cli(opts, "status", "--server", srv.endpoint, env=env_tok)
+        rc, out, err = cli(opts, "status", "--json", "--server", srv.endpoint, env=env_tok)
         TAP.ok(rc == 0 and '"t"' in out, "status with the token lists the group (rc %d)" % rc)
         srv.stop(signal.SIGKILL)
         srv.start()

@@ -128,7 +128,7 @@ def join_async(opts, ep, group, world, rank, node="n0", timeout=10, extra=()):
 
 
 def status(opts, ep, group=None):
-    args = ["status", "--server", ep]
+    args = ["status", "--json", "--server", ep]
     if group:
         args += ["--group", group]
     rc, out, err = cli(opts, *args)

@@ -48,12 +48,16 @@ def state_of(opts, endpoint):
     the clock (whether a member heartbeat lately) and without the notes
     status derives from that state and the older rdzvd did not make
     (plan_overlaps: the fixture's ranks share 127.0.0.1 under several node
-    names; fuzz_core checks that replay derives the same notes)."""
-    st = rdzv(opts, "status", "--server", endpoint)
+    names; fuzz_core checks that replay derives the same notes; missing,
+    which must agree with joined, and age_s, a clock)."""
+    st = rdzv(opts, "status", "--json", "--server", endpoint)
     assert st.returncode == 0, st.stderr
     groups = json.loads(st.stdout)["groups"]
     for g in groups:
         g.pop("plan_overlaps", None)
+        g.pop("age_s", None)
+        left = [r for r in range(g["world"]) if r not in g["joined"]]
+        assert g.pop("missing") == left[:64] and g.pop("missing_count") == len(left), g
         for m in g.get("members", []):
             m.pop("alive", None)
     kv = {}

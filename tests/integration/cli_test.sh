@@ -74,12 +74,15 @@ check "non-numeric --world exits 2" "[ $? = 2 ]"
 check "world mismatch exits 4 naming the code" "[ $? = 4 ] && grep -q world_mismatch $dir/e4"
 "$RDZV" join --group lonely --world 2 --rank 0 --timeout 1 2>"$dir/e3"
 check "a group that never completes exits 3 with rdzvd's own timeout reply" \
-    "[ $? = 3 ] && grep -q '1 of 2 ranks joined epoch 1 before the deadline' $dir/e3"
+    "[ $? = 3 ] && grep -q '1 of 2 ranks joined epoch 1, waiting for rank 1; timeout 1 s' $dir/e3"
+"$RDZV" status --group lonely >"$dir/table"
+check "status prints a table: the forming group, 1 of 2 joined, rank 1 missing" \
+    "grep -Eq '^lonely +2 +1 +1 +[0-9]+s +forming +1\$' $dir/table"
 
 # Until rdzvd shows rank 0 of group $1 joined (5 s at most).
 wait_rank0() {
     i=0
-    until "$RDZV" status --group "$1" 2>/dev/null | grep -q '"joined":\[0\]' || [ $i -ge 250 ]; do
+    until "$RDZV" status --json --group "$1" 2>/dev/null | grep -q '"joined":\[0\]' || [ $i -ge 250 ]; do
         sleep 0.02; i=$((i + 1))
     done
 }
@@ -108,7 +111,7 @@ check "rank_taken past --timeout still exits 4" "[ $? = 4 ] && grep -q rank_take
 kill $old; wait $old 2>/dev/null
 
 # status, kv, group delete.
-"$RDZV" status --group demo >"$dir/status.json"
+"$RDZV" status --json --group demo >"$dir/status.json"
 check "status lists the members with ports" \
     "grep -q '\"joined\":\[0,1,2,3\]' $dir/status.json && grep -q '\"ports\":\[19500,19531\]' $dir/status.json"
 "$RDZV" kv put --group demo --epoch 1 answer 42

@@ -179,7 +179,7 @@ def main():
         own = own_identities(endpoint)
         checks.append(("clients with their own identities of 5, 16, 17 and 255 bytes answered"
                        + (" # SKIP no pyzmq" if own is None else ""), own is not False))
-        status = subprocess.run([rdzv, "status", "--server", endpoint, "--group", "g"],
+        status = subprocess.run([rdzv, "status", "--json", "--server", endpoint, "--group", "g"],
                                 capture_output=True, text=True, timeout=20)
         checks.append(("the first rdzvd still serves", status.returncode == 0
                        and '"g"' in status.stdout))

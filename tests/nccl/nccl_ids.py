@@ -18,7 +18,8 @@ Cases:
                  n-th ID of RDZV_NCCL_UNIQUE_IDS, then real NCCL; other ranks
                  and the setting off go to NCCL
   root_teardown  --nccl-root-timeout 2: a root whose ranks never arrive is
-                 ended, its helper process is gone and the group moves on
+                 retired, its helper process is gone, and the group keeps
+                 its epoch (status "retired"), also across a restart
   no_leaks       200 epochs (world-1 group, a new session each join): rdzvd's
                  threads and fds do not grow, and at most one helper lives
 Exit: 0 pass, 1 fail, 77 skip.
@@ -193,7 +194,7 @@ def case_rank0_blocks(args, work):
         for i in ids0:
             rc, f, text = decode(args, i)
             check(rc == 0, f"undecodable rank-0 ID: {text}")
-        st = subprocess.run([args.rdzv, "status", "--server", d.endpoint, "--group", "r0"],
+        st = subprocess.run([args.rdzv, "status", "--json", "--server", d.endpoint, "--group", "r0"],
                             capture_output=True, text=True, timeout=10)
         check('"rank0"' in st.stdout, f"status does not show rank0 mode: {st.stdout}")
         # a rank 0 that cannot load NCCL says so and does not join
@@ -215,7 +216,7 @@ def case_rank0_timeout(args, work):
         took = time.time() - t0
         check(r.returncode == 3, f"want exit 3 (timeout), got {r.returncode}: {r.stderr}")
         check(1.5 <= took < 8, f"the timeout took {took:.1f} s")
-        st = subprocess.run([args.rdzv, "status", "--server", d.endpoint],
+        st = subprocess.run([args.rdzv, "status", "--json", "--server", d.endpoint],
                             capture_output=True, text=True, timeout=10)
         check(st.returncode == 0, "rdzvd stopped answering after the timeout")
         groups = json.loads(st.stdout)
@@ -293,6 +294,9 @@ def case_shim(args, work):
 
 
 def case_root_teardown(args, work):
+    """A root no rank reaches (an engine that makes its own IDs): after
+    --nccl-root-timeout its helper is gone and status says "retired", but
+    the group keeps its epoch, also across a restart."""
     d = Rdzvd(args, work, "--nccl-root-timeout", "2")
     try:
         a = join_all(args, d, "td", 2)
@@ -300,20 +304,28 @@ def case_root_teardown(args, work):
         check(len(ids_of(a[0])) == 1, "no ID")
         helpers = d.helpers()
         check(len(helpers) == 1, f"want one helper after the assignment, got {helpers}")
-        deadline = time.time() + 10
-        moved = False
-        while time.time() < deadline:
-            st = subprocess.run([args.rdzv, "status", "--server", d.endpoint, "--group", "td"],
+
+        def group():
+            st = subprocess.run([args.rdzv, "status", "--json", "--server", d.endpoint, "--group", "td"],
                                 capture_output=True, text=True, timeout=10)
             groups = json.loads(st.stdout)
             groups = groups.get("groups", groups) if isinstance(groups, dict) else groups
-            if groups and groups[0]["epoch"] > epoch and not d.helpers():
-                moved = True
-                break
+            return groups[0] if groups else {}
+        deadline = time.time() + 10
+        while time.time() < deadline and group().get("nccl_root") != "retired":
             time.sleep(0.2)
-        check(moved, f"after 10 s: helpers {d.helpers()}, status {st.stdout}")
+        g = group()
+        check(g.get("nccl_root") == "retired" and not d.helpers(),
+              f"after 10 s: helpers {d.helpers()}, status {g}")
         check(not os.path.exists(f"/proc/{helpers[0]}"), "the helper was not reaped")
-        check("nccl root timed out" in open(d.log_path).read(), "rdzvd did not log the teardown")
+        time.sleep(2.5)                  # another timeout's worth: nothing moves
+        check(group()["epoch"] == epoch, f"the group moved to epoch {group()['epoch']}")
+        check("nccl root was retired" in open(d.log_path).read(),
+              "rdzvd did not log the retirement")
+        d.restart()
+        g = group()
+        check(g["epoch"] == epoch and g.get("nccl_root") == "retired",
+              f"after a restart: {g}")
     finally:
         d.stop()
 

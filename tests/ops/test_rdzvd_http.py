@@ -57,7 +57,7 @@ def main():
                        and sample(text, "rdzv_groups") == 1
                        and sample(text, "rdzv_join_to_assignment_seconds_count") == 2))
 
-        cli = subprocess.run([os.environ["RDZV"], "status", "--server", endpoint],
+        cli = subprocess.run([os.environ["RDZV"], "status", "--json", "--server", endpoint],
                              capture_output=True, text=True, timeout=20, check=True).stdout
         status, body = get(port, "/v1/groups")
         # The same document, but NCCL IDs only counted over HTTP.

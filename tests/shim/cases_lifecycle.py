@@ -21,7 +21,7 @@ def case_new_engine_epoch(pod):
     wait_for(lambda: pod.env_file().get("RDZV_EPOCH") == "2", "epoch 2 in the env file")
     second = pod.py_json(PROBE + "print(json.dumps(scan(%d, 2, %d)))" % (pod.base, pod.limit))
     check(first == second == pod.plan[:2], "leases after the engine went: %s %s" % (first, second))
-    status = subprocess.run([pod.opts.rdzv, "status", "--server", pod.endpoint],
+    status = subprocess.run([pod.opts.rdzv, "status", "--json", "--server", pod.endpoint],
                             capture_output=True, text=True, timeout=WAIT_S)
     check('"epoch":2' in status.stdout.replace(" ", "") or '"epoch":3' in status.stdout.replace(" ", ""),
           "rdzv status: %s" % status.stdout)
@@ -281,7 +281,7 @@ def case_rank_taken(opts, index):
     group = "g%d" % index
 
     def status(pod):
-        return pod.run([opts.rdzv, "status", "--server", pod.endpoint], env=dict(os.environ)
+        return pod.run([opts.rdzv, "status", "--json", "--server", pod.endpoint], env=dict(os.environ)
                        ).stdout.replace(" ", "")
 
     def old_waiter(pod):
@@ -393,7 +393,7 @@ def case_failed_start_resumes(opts, index):
             "--timeout", "20"]
 
     def epoch():
-        out = subprocess.run([opts.rdzv, "status", "--server", rdzvd.endpoint], capture_output=True,
+        out = subprocess.run([opts.rdzv, "status", "--json", "--server", rdzvd.endpoint], capture_output=True,
                              text=True, timeout=WAIT_S).stdout
         return json.loads(out.strip().splitlines()[-1])["groups"][0]["epoch"]
     holder = socket.socket()

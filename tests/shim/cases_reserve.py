@@ -46,7 +46,7 @@ class Range:
                 "--shim", self.opts.shim, "--timeout", "20", *extra]
 
     def epoch(self):
-        out = subprocess.run([self.opts.rdzv, "status", "--server", self.rdzvd.endpoint],
+        out = subprocess.run([self.opts.rdzv, "status", "--json", "--server", self.rdzvd.endpoint],
                              capture_output=True, text=True, timeout=WAIT_S).stdout
         return json.loads(out.strip().splitlines()[-1])["groups"][0]["epoch"]
 

@@ -1,0 +1,149 @@
+/* While a first join waits, a line on stderr every 5 s saying what it
+ * waits for: how many ranks of the group joined and which are missing
+ * (asked of rdzvd with status, on a connection of this thread's own), or
+ * that rdzvd does not answer at all. A wait that says nothing looks the
+ * same whether rdzvd is down, a Service is wrong, or rank 2's Pod is
+ * unscheduled. */
+#include "cli.h"
+
+#include "rdzv_proto.h"
+#include "rdzv_util.h"
+
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define S_EVERY_MS 5000
+#define S_ASK_MS 2000
+
+struct cli_progress {
+    const char *cmd;
+    char *server, *group;
+    int timeout_ms;
+    int64_t start_ms;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    bool stop;
+};
+
+/* "group llm: 3 of 4 ranks joined epoch 1, waiting for ranks 2, 3 and 5 more" */
+static void s_describe(const cJSON *g, const char *group, char *out, size_t len)
+{
+    const cJSON *world = cJSON_GetObjectItemCaseSensitive(g, "world");
+    const cJSON *epoch = cJSON_GetObjectItemCaseSensitive(g, "epoch");
+    const cJSON *joined = cJSON_GetObjectItemCaseSensitive(g, "joined");
+    const cJSON *missing = cJSON_GetObjectItemCaseSensitive(g, "missing");
+    const cJSON *count = cJSON_GetObjectItemCaseSensitive(g, "missing_count");
+    int n_missing = cJSON_IsNumber(count) ? count->valueint : 0, named = 0;
+    int n = snprintf(out, len, "group %s: %d of %d ranks joined epoch %d", group,
+                     cJSON_GetArraySize(joined), cJSON_IsNumber(world) ? world->valueint : 0,
+                     cJSON_IsNumber(epoch) ? epoch->valueint : 0);
+    if (n_missing <= 0 || n < 0 || (size_t) n >= len) {
+        if (n >= 0 && (size_t) n < len)
+            snprintf(out + n, len - (size_t) n, ", waiting for the reply");
+        return;
+    }
+    n += snprintf(out + n, len - (size_t) n, ", waiting for rank%s", n_missing > 1 ? "s" : "");
+    for (const cJSON *r = cJSON_IsArray(missing) ? missing->child : NULL;
+         r && named < 8 && (size_t) n < len; r = r->next, named++)
+        n += snprintf(out + n, len - (size_t) n, "%s %d", named ? "," : "", r->valueint);
+    if (n_missing > named && (size_t) n < len)
+        snprintf(out + n, len - (size_t) n, " and %d more", n_missing - named);
+}
+
+static void s_report(struct cli_progress *p, rdzv_client_t **client)
+{
+    char line[512], err[256];
+    if (!*client && !(*client = rdzv_client_new(p->server, NULL, err, sizeof err)))
+        return;
+    rdzv_client_set_request_timeout(*client, S_ASK_MS);
+    char *json = NULL;
+    int rc = rdzv_status(*client, p->group, &json);
+    if (rc == RDZV_OK) {
+        cJSON *groups = cJSON_Parse(json);
+        const cJSON *g = cJSON_IsArray(groups) ? groups->child : NULL;
+        if (g)
+            s_describe(g, p->group, line, sizeof line);
+        else
+            snprintf(line, sizeof line, "group %s: not known to rdzvd yet", p->group);
+        cJSON_Delete(groups);
+    } else if (rc == RDZV_ERR_TIMEOUT || rc == RDZV_ERR_IO) {
+        snprintf(line, sizeof line, "no reply from %s (rdzvd down, wrong address, "
+                 "Service/NetworkPolicy, or CURVE keys)", p->server);
+        rdzv_client_destroy(client);  /* a fresh connection next time */
+    } else {
+        snprintf(line, sizeof line, "%s", rdzv_client_error(*client));
+    }
+    free(json);
+    fprintf(stderr, "rdzv %s: still waiting after %lld s: %s; timeout %g s\n", p->cmd,
+            (long long) ((rdzv_now_ms() - p->start_ms) / 1000), line, p->timeout_ms / 1000.0);
+}
+
+static void *s_thread(void *arg)
+{
+    struct cli_progress *p = arg;
+    rdzv_client_t *client = NULL;
+    pthread_mutex_lock(&p->lock);
+    for (int64_t next = p->start_ms + S_EVERY_MS; !p->stop; next += S_EVERY_MS) {
+        struct timespec until = { .tv_sec = (time_t) (next / 1000),
+                                  .tv_nsec = (long) (next % 1000) * 1000000 };
+        while (!p->stop && pthread_cond_timedwait(&p->wake, &p->lock, &until) == 0)
+            ;
+        if (p->stop)
+            break;
+        pthread_mutex_unlock(&p->lock);
+        s_report(p, &client);
+        pthread_mutex_lock(&p->lock);
+    }
+    pthread_mutex_unlock(&p->lock);
+    rdzv_client_destroy(&client);
+    return NULL;
+}
+
+cli_progress_t *cli_progress_start(const char *cmd, const char *server, const char *group,
+                                   int timeout_ms)
+{
+    struct cli_progress *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->cmd = cmd;
+    p->server = strdup(server);
+    p->group = strdup(group);
+    p->timeout_ms = timeout_ms > 0 ? timeout_ms : RDZV_DEFAULT_TIMEOUT_MS;
+    p->start_ms = rdzv_now_ms();
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->wake, &attr);
+    pthread_condattr_destroy(&attr);
+    pthread_mutex_init(&p->lock, NULL);
+    if (!p->server || !p->group || pthread_create(&p->thread, NULL, s_thread, p) != 0) {
+        free(p->server);
+        free(p->group);
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+void cli_progress_stop(cli_progress_t **p_p)
+{
+    struct cli_progress *p = p_p ? *p_p : NULL;
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->lock);
+    p->stop = true;
+    pthread_cond_signal(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+    pthread_join(p->thread, NULL);
+    pthread_cond_destroy(&p->wake);
+    pthread_mutex_destroy(&p->lock);
+    free(p->server);
+    free(p->group);
+    free(p);
+    *p_p = NULL;
+}
