@@ -79,6 +79,33 @@ check "a group that never completes exits 3 with rdzvd's own timeout reply" \
 check "status prints a table: the forming group, 1 of 2 joined, rank 1 missing" \
     "grep -Eq '^lonely +2 +1 +1 +[0-9]+s +forming +1\$' $dir/table"
 
+# A join that waits says so every 5 s, and why: the group's missing ranks,
+# or that rdzvd does not answer (a port nobody serves). Both run at once.
+"$RDZV" join --group slow --world 2 --rank 0 --timeout 6 >/dev/null 2>"$dir/slow" &
+slow=$!
+"$RDZV" join --server tcp://127.0.0.1:9 --group x --world 2 --rank 0 --timeout 6 \
+    >/dev/null 2>"$dir/noreply" &
+noreply=$!
+"$RDZV" agent --group slowa --world 2 --rank 0 --socket "$dir/slowa.sock" --timeout 6 \
+    2>"$dir/slowa" &
+slowa=$!
+wait $slow
+slow_rc=$?
+wait $noreply
+wait $slowa
+slowa_rc=$?
+check "a waiting join says every 5 s which ranks it waits for" \
+    "[ $slow_rc = 3 ] && grep -q 'still waiting after 5 s: group slow: 1 of 2 ranks joined epoch 1, waiting for rank 1; timeout 6 s' $dir/slow"
+check "and that rdzvd does not answer, naming what to check" \
+    "grep -q 'still waiting after [0-9]* s: no reply from tcp://127.0.0.1:9 (rdzvd down, wrong address, Service/NetworkPolicy, or CURVE keys); timeout 6 s' $dir/noreply \
+     && grep -q 'timed out: no reply from tcp://127.0.0.1:9 (rdzvd down' $dir/noreply"
+check "so does a waiting agent, and it exits 3 with the missing rank" \
+    "[ $slowa_rc = 3 ] && grep -q 'rdzv agent: still waiting after 5 s: group slowa: 1 of 2 ranks joined epoch 1, waiting for rank 1; timeout 6 s' $dir/slowa"
+"$RDZV" join --server tcp://no-such-host.invalid:29400 --group x --world 2 --rank 0 \
+    --timeout 2 2>"$dir/dns"
+check "an unknown server name: cannot resolve it, at once" \
+    "grep -q \"cannot resolve server host 'no-such-host.invalid'\" $dir/dns"
+
 # Until rdzvd shows rank 0 of group $1 joined (5 s at most).
 wait_rank0() {
     i=0
