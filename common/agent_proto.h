@@ -49,8 +49,8 @@ typedef struct {
     uint32_t flags;            /* BIND: RDZV_AGENT_F_* */
     uint32_t port;             /* BIND reply: the port the passed socket is bound to */
     uint64_t handle;           /* BIND reply (listener): id of the hand-over; CLOSE: that id */
-    uint32_t range_base;       /* HELLO reply: managed range [range_base, range_limit) */
-    uint32_t range_limit;
+    uint32_t range_base;       /* HELLO reply: managed range [range_base, range_limit); */
+    uint32_t range_limit;      /* BIND refused (a port of the range outside the plan): the plan's */
     int64_t epoch;             /* HELLO reply: the group's epoch the agent holds */
     uint32_t addrlen;          /* BIND: length of addr */
     uint8_t addr[RDZV_AGENT_ADDR_MAX]; /* BIND: the sockaddr the caller passed */

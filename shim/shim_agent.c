@@ -1,4 +1,5 @@
 #include "shim_agent.h"
+#include "rdzv_proto.h"
 #include "shim_rules.h"
 #include "shim_syms.h"
 
@@ -30,11 +31,15 @@
 #define SHIM_MAX_TRACKED 256
 #define S_FD_BITS 65536
 
-/* S_OFF: no agent configured or none reached at the first try, so every
- * call passes through. S_LOST: an agent was reached and then went away
- * (restarting, say); binds in its range wait for it and never pass
- * through, because the ports are its plan's. */
-typedef enum { S_UNKNOWN = 0, S_CONNECTED, S_OFF, S_LOST } s_state_t;
+/* S_OFF: no agent configured (RDZV_AGENT_SOCKET unset), or none reached
+ * with RDZV_SHIM_REQUIRE=0, so every call passes through. S_CLOSED: the
+ * variable names an agent that could not be reached: binds in the managed
+ * range fail (a bind passed through would be the very race the agent is
+ * there to stop), and each managed bind tries the agent again. S_LOST: an
+ * agent was reached and then went away (restarting, say); binds in its
+ * range wait for it and never pass through, because the ports are its
+ * plan's. */
+typedef enum { S_UNKNOWN = 0, S_CONNECTED, S_OFF, S_CLOSED, S_LOST } s_state_t;
 
 #define S_AGENT_WAIT_MS 10000
 #define S_RETRY_MS 50
@@ -58,6 +63,10 @@ static s_state_t s_state;
 static int s_fd = -1;
 static int s_wait_ms = S_AGENT_WAIT_MS;
 static _Atomic bool s_off;       /* S_OFF, readable without the lock */
+static bool s_require = true;    /* RDZV_SHIM_REQUIRE, not "0" */
+static int s_connect_errno;      /* why the last s_connect failed; 0: the agent hung up */
+/* Ports already said to be outside this rank's plan (once each). */
+static _Atomic uint64_t s_told[65536 / 64];
 static _Atomic int s_base, s_limit;
 static s_tracked_t s_tracked[SHIM_MAX_TRACKED];
 static _Atomic size_t s_ntracked;
@@ -172,10 +181,17 @@ static void s_init(void)
         strcpy(s_path, path);
         s_have_path = true;
     }
+    const char *require = getenv("RDZV_SHIM_REQUIRE");
+    s_require = !(require && strcmp(require, "0") == 0);
     int base, limit;
     if (rdzv_shim_parse_range(getenv(RDZV_PORT_RANGE_ENV), &base, &limit) == 0) {
         atomic_store(&s_base, base);
         atomic_store(&s_limit, limit);
+    } else if (s_have_path && s_require) {
+        /* Without the range, rdzvd's default one: an unreachable agent
+         * must still keep the engine out of the ports it would manage. */
+        atomic_store(&s_base, RDZV_DEFAULT_PORT_BASE);
+        atomic_store(&s_limit, RDZV_DEFAULT_PORT_LIMIT);
     }
     const char *wait = getenv("RDZV_SHIM_AGENT_WAIT_MS");
     if (wait && *wait)
@@ -312,6 +328,7 @@ static int s_connect(int64_t deadline)
         if (errno == EAGAIN)
             usleep(S_BACKLOG_RETRY_US);
     }
+    s_connect_errno = rc < 0 ? errno : 0;
     rdzv_agent_msg_t req = { .magic = RDZV_AGENT_MAGIC, .version = RDZV_AGENT_VERSION,
                              .op = RDZV_AGENT_OP_HELLO };
     rdzv_agent_msg_t rep;
@@ -350,6 +367,42 @@ static bool s_reconnect(int64_t deadline)
     }
 }
 
+/* Why the agent at s_path could not be reached, in the user's terms. */
+static const char *s_unreachable_why(char *buf, size_t len)
+{
+    switch (s_connect_errno) {
+    case ENOENT:
+        return "no socket there: no agent runs, or RDZV_AGENT_SOCKET is wrong";
+    case ECONNREFUSED:
+        return "connection refused: the agent that made it is gone";
+    case EACCES:
+        snprintf(buf, len, "permission denied: the agent runs as another uid; start it with "
+                 "--allow-uid %d", (int) getuid());
+        return buf;
+    case 0:
+        snprintf(buf, len, "the agent hung up: uid %d is not allowed (add --allow-uid %d), or "
+                 "it is still starting", (int) getuid(), (int) getuid());
+        return buf;
+    default:
+        snprintf(buf, len, "%s", strerror(s_connect_errno));
+        return buf;
+    }
+}
+
+/* Under s_lock: the first try failed, with RDZV_AGENT_SOCKET set. */
+static void s_fail_closed(void)
+{
+    char why[160], msg[512];
+    const char *reason = s_unreachable_why(why, sizeof why);
+    int n = snprintf(msg, sizeof msg, "librdzv_shim: cannot reach the agent at %s (%s); binds "
+                     "in the managed range %d-%d fail with EADDRINUSE until it answers "
+                     "(RDZV_SHIM_REQUIRE=0 lets them pass)\n", s_path, reason,
+                     atomic_load(&s_base), atomic_load(&s_limit) - 1);
+    if (n > 0)
+        (void) !write(STDERR_FILENO, msg, (size_t) n < sizeof msg ? (size_t) n : sizeof msg - 1);
+    s_state = S_CLOSED;
+}
+
 static void s_lose(void)
 {
     static const char msg[] = "librdzv_shim: lost the agent; binds in its range wait for it\n";
@@ -361,6 +414,11 @@ static void s_lose(void)
 /* Under s_lock: a live connection of this process, or false. */
 static bool s_ensure(void)
 {
+    if (s_state == S_CLOSED && s_connect(s_now_ms()) == 0) {
+        static const char msg[] = "librdzv_shim: reached the agent\n";
+        (void) !write(STDERR_FILENO, msg, sizeof msg - 1);
+        s_state = S_CONNECTED;
+    }
     if (s_state != S_UNKNOWN)
         return s_state == S_CONNECTED;
     if (!s_have_path) {
@@ -370,6 +428,10 @@ static bool s_ensure(void)
         return false;
     }
     if (s_connect(s_deadline()) < 0) {
+        if (s_require) {
+            s_fail_closed();
+            return false;
+        }
         s_say("cannot reach the agent at", s_path);
         s_state = S_OFF;
         atomic_store(&s_off, true);
@@ -377,6 +439,28 @@ static bool s_ensure(void)
     }
     s_state = S_CONNECTED;
     return true;
+}
+
+bool rdzv_shim_agent_closed(void)
+{
+    pthread_mutex_lock(&s_lock);
+    bool closed = s_state == S_CLOSED;
+    pthread_mutex_unlock(&s_lock);
+    return closed;
+}
+
+void rdzv_shim_agent_not_in_plan(int port, int first, int limit)
+{
+    if (port <= 0 || port > 65535)
+        return;
+    uint64_t bit = (uint64_t) 1 << (port % 64);
+    if (atomic_fetch_or(&s_told[port / 64], bit) & bit)
+        return;
+    char msg[192];
+    int n = snprintf(msg, sizeof msg, "librdzv_shim: port %d is managed by rdzvd but not in "
+                     "this rank's plan %d-%d\n", port, first, limit - 1);
+    if (n > 0)
+        (void) !write(STDERR_FILENO, msg, (size_t) n < sizeof msg ? (size_t) n : sizeof msg - 1);
 }
 
 bool rdzv_shim_agent_off(void)

@@ -14,9 +14,15 @@
  * from the agent's HELLO reply after; false while unknown. */
 bool rdzv_shim_agent_range(int *base, int *limit);
 /* Connects (first use) and learns the range. False: the variable is unset
- * or the agent unreachable; every bind then passes through, and the shim
- * has said so once on stderr. */
+ * or the agent unreachable, and the shim has said so once on stderr;
+ * every bind then passes through, unless the agent is required. */
 bool rdzv_shim_agent_ready(void);
+/* True when RDZV_AGENT_SOCKET names an agent that was not reached and
+ * RDZV_SHIM_REQUIRE is not 0: binds in the managed range must fail. */
+bool rdzv_shim_agent_closed(void);
+/* Says once per port on stderr that the agent refused port because it is
+ * in the managed range but outside this rank's plan [first, limit). */
+void rdzv_shim_agent_not_in_plan(int port, int first, int limit);
 /* True once the shim knows every call passes through (no agent configured,
  * or none reached at the first try); lock-free, for the fast path. */
 bool rdzv_shim_agent_off(void);

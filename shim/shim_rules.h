@@ -10,6 +10,7 @@ typedef enum {
     RDZV_SHIM_PROBE,           /* port in the range, no SO_REUSEADDR/SO_REUSEPORT */
     RDZV_SHIM_PROBE0,          /* port 0, no SO_REUSEADDR/SO_REUSEPORT */
     RDZV_SHIM_LISTENER,        /* port in the range, SO_REUSEADDR or SO_REUSEPORT */
+    RDZV_SHIM_REFUSE,          /* in the range with no agent to hand it over: EADDRINUSE */
 } rdzv_shim_action_t;
 
 typedef struct {

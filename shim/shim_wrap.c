@@ -179,8 +179,14 @@ static rdzv_shim_action_t s_decide(int fd, const struct sockaddr *addr, socklen_
     if (rdzv_shim_agent_range(&base, &limit)
         && rdzv_shim_classify(b, base, limit) == RDZV_SHIM_PASS)
         return RDZV_SHIM_PASS;
-    if (!rdzv_shim_agent_ready() || !rdzv_shim_agent_range(&base, &limit))
-        return RDZV_SHIM_PASS;
+    if (!rdzv_shim_agent_ready() || !rdzv_shim_agent_range(&base, &limit)) {
+        /* Fail closed: a managed port no agent hands over is refused; a
+         * port-0 probe passes, the kernel gives it a port outside the range. */
+        rdzv_shim_action_t action = rdzv_shim_agent_closed() && rdzv_shim_agent_range(&base, &limit)
+                                    ? rdzv_shim_classify(b, base, limit) : RDZV_SHIM_PASS;
+        return action == RDZV_SHIM_PASS || action == RDZV_SHIM_PROBE0 ? RDZV_SHIM_PASS
+                                                                      : RDZV_SHIM_REFUSE;
+    }
     return rdzv_shim_classify(b, base, limit);
 }
 
@@ -210,6 +216,9 @@ static int s_managed_bind(int fd, const struct sockaddr *addr, socklen_t len,
     if (rep.status != 0 || passed < 0) {
         if (passed >= 0)
             rdzv_shim_real()->close(passed);
+        /* The agent names the plan when the port is in the range but not in it. */
+        if (rep.status == EADDRINUSE && rep.range_limit > rep.range_base && rep.range_base > 0)
+            rdzv_shim_agent_not_in_plan(b->port, (int) rep.range_base, (int) rep.range_limit);
         return rep.status != 0 ? rep.status : EADDRINUSE;
     }
     int err = s_install(fd, passed, b->domain);
@@ -235,7 +244,8 @@ int bind(int fd, __CONST_SOCKADDR_ARG arg, socklen_t len)
     s_busy = 1;
     rdzv_shim_bind_t b;
     rdzv_shim_action_t action = s_decide(fd, addr, len, &b);
-    int err = action == RDZV_SHIM_PASS ? -1 : s_managed_bind(fd, addr, len, action, &b);
+    int err = action == RDZV_SHIM_PASS ? -1
+            : action == RDZV_SHIM_REFUSE ? EADDRINUSE : s_managed_bind(fd, addr, len, action, &b);
     s_busy = 0;
     errno = saved;
     if (err < 0)

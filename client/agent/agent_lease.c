@@ -78,6 +78,17 @@ int rdzv_lease_range_limit(const rdzv_lease_t *self)
     return self->range_limit;
 }
 
+bool rdzv_lease_plan_span(const rdzv_lease_t *self, int *first, int *limit)
+{
+    *first = *limit = 0;
+    for (size_t i = 0; i < self->nslots; i++) {
+        int p = self->slots[i].port;
+        *first = !*first || p < *first ? p : *first;
+        *limit = p + 1 > *limit ? p + 1 : *limit;
+    }
+    return self->nslots > 0;
+}
+
 static s_slot_t *s_slot(const rdzv_lease_t *self, int port)
 {
     for (size_t i = 0; i < self->nslots; i++)

@@ -39,6 +39,9 @@ void rdzv_lease_destroy(rdzv_lease_t **self_p);
 int rdzv_lease_range_base(const rdzv_lease_t *self);
 int rdzv_lease_range_limit(const rdzv_lease_t *self);
 rdzv_port_state_t rdzv_lease_state(const rdzv_lease_t *self, int port);
+/* The plan's lowest port and highest + 1 (a plan is one block); false if
+ * the plan is empty. */
+bool rdzv_lease_plan_span(const rdzv_lease_t *self, int *first, int *limit);
 
 /* A probe of port: FREE -> LEASED; anything else in the range: EADDRINUSE;
  * outside the range: EINVAL. */

@@ -109,7 +109,11 @@ static int s_write_env_file(s_agent_t *self, const rdzv_assignment_t *a)
     int rc = -1;
     if (f) {
         s_share_env_file(fileno(f), &self->opts);
-        bool ok = fputs(text, f) >= 0;
+        /* The range too: an engine that sources this file knows which
+         * ports the shim must refuse should it not reach the agent. */
+        bool ok = fputs(text, f) >= 0
+                  && fprintf(f, "%s=%d-%d\n", RDZV_PORT_RANGE_ENV, self->range_base,
+                             self->range_limit) > 0;
         ok = (fclose(f) == 0) && ok;
         rc = ok && rename(tmp, self->env_path) == 0 ? 0 : -1;
     }

@@ -393,6 +393,14 @@ static int s_handle_bind(rdzv_agent_serve_t *self, const s_conn_t *conn,
     rdzv_lease_where_t where;
     s_request_where(req, &ss, &where);
     int status = s_apply_rules(self, req, &port, &where);
+    int first, limit;
+    /* A port of the range but not of the plan: the reply names the plan,
+     * which the shim tells the engine's user (agent_proto.h). */
+    if (status == EADDRINUSE && rdzv_lease_state(self->lease, port) == RDZV_PORT_FOREIGN
+        && rdzv_lease_plan_span(self->lease, &first, &limit)) {
+        rep->range_base = (uint32_t) first;
+        rep->range_limit = (uint32_t) limit;
+    }
     if (status != 0)
         return rep->status = status, -1;
     s_set_port(&ss, port);

@@ -9,8 +9,9 @@ Each case starts its own rdzvd and agent on a managed range of its own
 (BASE + 16 * index, 16 ports, 8 per rank), so cases may run in parallel.
 The cases are in cases_leases.py (probes, listeners, what the engine leaves
 behind, stalls and races), cases_lifecycle.py (epochs, CMD, signals,
-deleted groups) and cases_reserve.py (ports already taken when the agent
-reserves); the harness is pod.py.
+deleted groups), cases_reserve.py (ports already taken when the agent
+reserves) and cases_closed.py (no agent to reach: fail closed); the harness
+is pod.py.
 Exit 0 pass, 1 fail, 77 skip."""
 import sys
 
@@ -27,6 +28,7 @@ from cases_lifecycle import (case_cmd, case_cmd_not_runnable, case_cmd_sighup,  
                              case_group_deleted, case_two_agents_one_netns,
                              case_new_engine_epoch, case_rank_taken, case_replan,
                              case_sidecar_sigquit)
+from cases_closed import case_fail_closed, case_not_in_plan  # noqa
 from cases_reserve import (case_reserve_beside_listener, case_reserve_live_holder,  # noqa
                            case_reserve_time_wait)
 from pod import case_options, run_pod_case, verdict
@@ -68,6 +70,8 @@ POD_CASES = {
     "vfork_child_bind": close_race_case("vfork"),
     "stalled_agent": case_stalled_agent,
     "stalled_agent_resumes": case_stalled_agent_resumes,
+    "fail_closed": case_fail_closed,
+    "not_in_plan": case_not_in_plan,
 }
 OWN_CASES = {"cmd": case_cmd, "cmd_signal": case_cmd_signal,
              "cmd_not_runnable": case_cmd_not_runnable,
