@@ -36,7 +36,10 @@ static const char s_usage[] =
     "  --node NAME       machine name (RDZV_NODE; default: the hostname)\n"
     "  --timeout SEC     give up after SEC seconds (default 60); until then a\n"
     "                    rank_taken refusal (a killed join of this rank still\n"
-    "                    waiting in rdzvd) is retried\n"
+    "                    waiting in rdzvd, or a live process on another node\n"
+    "                    holding it) is retried\n"
+    "  --replace         take the rank even from a live session on another\n"
+    "                    node (one known to be gone, or a deliberate takeover)\n"
     "  --format json|env output: one JSON line (default) or KEY=VALUE lines\n"
     "  --nccl-id server|rank0|none  who makes the group's NCCL unique IDs: rdzvd,\n"
     "                    rank 0's process (through libnccl.so.2, or the file\n"
@@ -56,11 +59,11 @@ static const char s_usage[] =
 typedef struct {
     const char *server, *group, *world, *rank, *host, *node;
     const char *timeout, *format, *nccl_id, *nccl_ids;
-    bool help;
+    bool help, replace;
 } s_flags_t;
 
 enum { S_SERVER = 256, S_GROUP, S_WORLD, S_RANK, S_HOST, S_NODE, S_TIMEOUT,
-       S_FORMAT, S_NCCL, S_NCCL_IDS };
+       S_FORMAT, S_NCCL, S_NCCL_IDS, S_REPLACE };
 
 static const struct option s_options[] = {
     { "server", required_argument, NULL, S_SERVER },
@@ -73,6 +76,7 @@ static const struct option s_options[] = {
     { "format", required_argument, NULL, S_FORMAT },
     { "nccl-id", required_argument, NULL, S_NCCL },
     { "nccl-ids", required_argument, NULL, S_NCCL_IDS },
+    { "replace", no_argument, NULL, S_REPLACE },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
 };
@@ -90,6 +94,7 @@ static void s_store(s_flags_t *f, int c, const char *arg)
     case S_FORMAT: f->format = arg; break;
     case S_NCCL: f->nccl_id = arg; break;
     case S_NCCL_IDS: f->nccl_ids = arg; break;
+    case S_REPLACE: f->replace = true; break;
     default: f->help = true; break;
     }
 }
@@ -290,6 +295,7 @@ int cli_join_main(int argc, char **argv)
     rdzv_client_t *client = cli_connect(S_CMD, f.server, 0, &rc);
     if (!client)
         return rc;
+    rdzv_client_set_replace(client, f.replace);
     rdzv_assignment_t *asg = NULL;
     cli_progress_t *progress = cli_progress_start(S_CMD, f.server, args.group,
                                                   args.timeout_ms);

@@ -25,6 +25,7 @@ struct rdzv_client {
     char err[RDZV_ERR_LEN];
     char code[RDZV_CODE_LEN];
     int request_timeout_ms;
+    bool replace;                /* joins take the rank from a live session */
     /* rank0 mode: the IDs this process made for its next successful join of
      * r0_group; kept across failed joins so a retry sends the same ones. */
     char r0_group[RDZV_MAX_NAME + 1];
@@ -112,6 +113,14 @@ RDZV_EXPORT const char *rdzv_client_error(const rdzv_client_t *self)
 RDZV_EXPORT const char *rdzv_client_error_code(const rdzv_client_t *self)
 {
     return self ? self->code : "";
+}
+
+RDZV_EXPORT int rdzv_client_set_replace(rdzv_client_t *self, bool replace)
+{
+    if (!self)
+        return RDZV_ERR_USAGE;
+    self->replace = replace;
+    return RDZV_OK;
 }
 
 RDZV_EXPORT int rdzv_client_set_request_timeout(rdzv_client_t *self, int timeout_ms)
@@ -488,6 +497,7 @@ static cJSON *s_join_request(const rdzv_client_t *self, const rdzv_join_args_t *
                                 || cJSON_AddStringToObject(req, "nccl_id", nccl_id))
                             && (nccl_ids == 0
                                 || cJSON_AddNumberToObject(req, "nccl_ids", nccl_ids))
+                            && (!self->replace || cJSON_AddTrueToObject(req, "replace"))
                             && (!rank0_ids || s_add_rank0_ids(self, req)));
 }
 

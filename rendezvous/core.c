@@ -149,6 +149,8 @@ void rdzv_core_begin(rdzv_core_t *self, int64_t now_ms)
     assert(!self->in_batch);
     self->in_batch = true;
     self->batch.now_ms = now_ms;
+    if (now_ms > 0 && !self->state.loaded_ms)
+        self->state.loaded_ms = now_ms;
 }
 
 /* A group the request released: every one of its ranks waits for this
@@ -324,6 +326,7 @@ static void s_reload(rdzv_core_t *self)
 {
     char err[256];
     rdzv_state_clear(&self->state);
+    self->state.loaded_ms = 0;
     if (s_load(self, err, sizeof err) < 0) {
         rdzv_core_log("fatal", "cannot reload state after a journal failure: %s", err);
         exit(1);
@@ -483,7 +486,7 @@ void rdzv_core_stats(rdzv_core_t *self, int64_t now_ms, rdzv_core_stats_t *out)
     for (rdzv_group_t *g = zhashx_first(groups); g; g = zhashx_next(groups))
         for (int r = 0; (m = rdzv_group_next(g, &r)); r++) {
             out->ranks_joined += m->epoch == g->epoch;
-            out->ranks_live += now_ms - m->last_seen_ms < self->cfg.dead_after_ms;
+            out->ranks_live += now_ms - rdzv_member_seen(&self->state, m) < self->cfg.dead_after_ms;
         }
     out->journal_bytes = rdzv_journal_size(self->journal);
     rdzv_journal_sync_latency(self->journal, &out->fsync);

@@ -43,7 +43,7 @@ static cJSON *s_members(const rdzv_state_t *st, const rdzv_group_t *g, bool with
                 cJSON_AddNullToObject(item, "ports");
             cJSON_AddNumberToObject(item, "epoch", (double) m->epoch);
             cJSON_AddBoolToObject(item, "alive",
-                                  now_ms - m->last_seen_ms < st->cfg->dead_after_ms);
+                                  now_ms - rdzv_member_seen(st, m) < st->cfg->dead_after_ms);
         }
         cJSON_AddItemToArray(members, item);
     }

@@ -71,6 +71,50 @@ static bool s_rank0_ids_ok(rdzv_batch_t *self, const rdzv_peer_t *peer, const rd
     return true;
 }
 
+/* Members of g heard from within --dead-after, or waiting in a join. */
+static int s_alive(const rdzv_batch_t *self, const rdzv_group_t *g)
+{
+    int alive = 0;
+    const rdzv_member_t *m;
+    for (int r = 0; (m = rdzv_group_next(g, &r)); r++)
+        alive += m->waiting
+                 || self->now_ms - rdzv_member_seen(self->state, m) < self->cfg->dead_after_ms;
+    return alive;
+}
+
+/* A join with another world for a group none of whose ranks is alive
+ * (scaling DP 4 -> 8 after the old ranks stopped): the group is laid out
+ * afresh for the new world at its next epoch, recorded as a delete, the
+ * group and the epoch, so that a resize needs nothing only agents hold.
+ * Returns the new group, or NULL with the reply queued. */
+static rdzv_group_t *s_resize(rdzv_batch_t *self, const rdzv_peer_t *peer, rdzv_group_t *g,
+                              const rdzv_request_t *req)
+{
+    if (self->state->ranks - g->world + req->world > self->cfg->limits.max_ranks) {
+        rdzv_batch_error(self, peer, RDZV_E_LIMIT, "a world of %d for group %s would pass "
+                         "rdzvd's limit of %lld ranks (--max-ranks)", req->world, g->name,
+                         (long long) self->cfg->limits.max_ranks);
+        return NULL;
+    }
+    int64_t next = g->epoch + 1;
+    int old_world = g->world;
+    for (rdzv_kv_waiter_t *w = zlistx_first(g->kv_waiters); w; w = zlistx_next(g->kv_waiters))
+        rdzv_batch_error(self, &w->peer, RDZV_E_STALE_EPOCH, "group %s was resized", g->name);
+    char name[RDZV_MAX_NAME + 1];
+    snprintf(name, sizeof name, "%s", g->name);
+    if (rdzv_batch_record(self, rdzv_record_delete(name)) < 0
+        || rdzv_batch_record(self, rdzv_record_group(name, req->world, s_requested_mode(self, req),
+                                                     req->nccl_ids ? req->nccl_ids : 1)) < 0
+        || rdzv_batch_record(self, rdzv_record_epoch(name, next)) < 0) {
+        rdzv_batch_error(self, peer, RDZV_E_INTERNAL, "cannot record the resize of %s", name);
+        return NULL;
+    }
+    self->metrics->epoch_changes++;
+    rdzv_core_log("resize", "group=%s world=%d->%d epoch=%lld reason=\"no rank of the old "
+                  "world is alive\"", name, old_world, req->world, (long long) next);
+    return rdzv_state_group(self->state, name);
+}
+
 /* The checks of a join that depend on the group alone; g is NULL when the
  * join would make it. */
 static bool s_group_ok(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_group_t *g,
@@ -79,8 +123,13 @@ static bool s_group_ok(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_g
     if (!s_rank0_ids_ok(self, peer, req))
         return false;
     if (g && g->world != req->world) {
-        rdzv_batch_error(self, peer, RDZV_E_WORLD_MISMATCH, "group %s has world %d, not %d",
-                        g->name, g->world, req->world);
+        rdzv_batch_error(self, peer, RDZV_E_WORLD_MISMATCH,
+                         "group %s has world %d, not %d, and %d of its ranks are alive; to "
+                         "resize, stop them (a join with the new world is taken once none has "
+                         "been heard from for --dead-after, %lld s) or delete the group "
+                         "(rdzv group delete --group %s)", g->name, g->world, req->world,
+                         s_alive(self, g), (long long) (self->cfg->dead_after_ms / 1000),
+                         g->name);
         return false;
     }
     if (!g && (int) zhashx_size(self->state->groups) >= self->cfg->limits.max_groups) {
@@ -116,6 +165,9 @@ static rdzv_group_t *s_make_group(rdzv_batch_t *self, const rdzv_peer_t *peer,
 static void s_handle_join(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
 {
     rdzv_group_t *g = rdzv_state_group(self->state, req->group);
+    if (g && g->world != req->world && !s_alive(self, g)
+        && (!s_rank0_ids_ok(self, peer, req) || !(g = s_resize(self, peer, g, req))))
+        return;
     if (!s_group_ok(self, peer, g, req))
         return;
     rdzv_member_t *m = g ? rdzv_group_at(g, req->rank) : NULL;
@@ -132,6 +184,24 @@ static void s_handle_join(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdz
         && m->deadline_ms > self->now_ms) {
         rdzv_batch_error(self, peer, RDZV_E_RANK_TAKEN,
                         "group %s rank %d is held by a live session", g->name, req->rank);
+        return;
+    }
+    /* Two live processes claiming one rank of a complete epoch (two Pods
+     * started with one RDZV_RANK): the holder answers heartbeats, from
+     * another node. A new session from the holder's own node is that
+     * process restarted, and one whose holder went quiet for --dead-after
+     * took its place; either moves the group on, as does a join that says
+     * it replaces the holder. */
+    if (!same_session && in_epoch && g->complete && !req->replace
+        && self->now_ms - rdzv_member_seen(self->state, m) < self->cfg->dead_after_ms
+        && strcmp(m->node, req->node) != 0) {
+        rdzv_batch_error(self, peer, RDZV_E_RANK_TAKEN,
+                         "group %s rank %d is held by a live session from host %s node %s "
+                         "(heard %lld ms ago); this join comes from node %s: check the ranks' "
+                         "RDZV_RANK, or join with replace (rdzv join --replace) to take it",
+                         g->name, req->rank, m->host, m->node,
+                         (long long) (self->now_ms - rdzv_member_seen(self->state, m)),
+                         req->node);
         return;
     }
     if (!(m && m->waiting) && !rdzv_batch_wait_ok(self, peer))

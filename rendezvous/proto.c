@@ -138,6 +138,10 @@ static int s_parse_join(s_ctx_t *c, int max_world, rdzv_request_t *r)
     if (members && !cJSON_IsBool(members))
         return s_fail(c, RDZV_E_BAD_REQUEST, "field \"%s\" must be a boolean", "members");
     r->members = !members || cJSON_IsTrue(members);
+    const cJSON *replace = cJSON_GetObjectItemCaseSensitive(c->root, "replace");
+    if (replace && !cJSON_IsBool(replace))
+        return s_fail(c, RDZV_E_BAD_REQUEST, "field \"%s\" must be a boolean", "replace");
+    r->replace = cJSON_IsTrue(replace);
     r->world = (int) world;
     r->rank = (int) rank;
     r->timeout_ms = timeout;

@@ -29,6 +29,7 @@ typedef struct {
     int64_t epoch;
     int64_t timeout_ms;
     bool members;              /* join: include the members list */
+    bool replace;              /* join: take the rank from a live session */
     cJSON *root;               /* owns the strings above */
 } rdzv_request_t;
 

@@ -84,6 +84,10 @@ typedef struct {
      * used as a set): two nodes of one address share one network namespace. */
     zhashx_t *host_nodes;
     int shared_hosts;            /* addresses with more than one node */
+    /* When this rdzvd first handled a request (0 until then): members
+     * loaded from the journal count as heard from then, so a restart never
+     * makes a live rank look dead. */
+    int64_t loaded_ms;
 } rdzv_state_t;
 
 /* An empty state under cfg (which must outlive it). 0, or -1 (a bad port
@@ -122,6 +126,12 @@ static inline rdzv_member_t *rdzv_group_slot(const rdzv_group_t *g, int rank)
 }
 
 /* rank's member of g, NULL if that rank never joined. */
+/* When m was last heard from, as far as this rdzvd knows (loaded_ms). */
+static inline int64_t rdzv_member_seen(const rdzv_state_t *st, const rdzv_member_t *m)
+{
+    return m->last_seen_ms > st->loaded_ms ? m->last_seen_ms : st->loaded_ms;
+}
+
 static inline rdzv_member_t *rdzv_group_at(const rdzv_group_t *g, int rank)
 {
     rdzv_member_t *m = rdzv_group_slot(g, rank);

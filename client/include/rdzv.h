@@ -92,6 +92,11 @@ const char *rdzv_client_error_code(const rdzv_client_t *self);
  * own timeouts. Returns 0 or RDZV_ERR_USAGE if timeout_ms is not in
  * 1..86400000. */
 int rdzv_client_set_request_timeout(rdzv_client_t *self, int timeout_ms);
+/* replace true: this client's joins take their rank from a session that is
+ * still alive (a process the caller knows to be gone, or a deliberate
+ * takeover); without it such a join is refused with rank_taken while the
+ * holder, on another node, still heartbeats. Returns 0 or RDZV_ERR_USAGE. */
+int rdzv_client_set_replace(rdzv_client_t *self, bool replace);
 
 /* Blocks until every rank has joined, the deadline passes or the server
  * refuses. On success *out holds a new assignment owned by the caller.

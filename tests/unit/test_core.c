@@ -255,6 +255,80 @@ START_TEST(test_rank_taken_while_forming)
 }
 END_TEST
 
+/* Two live processes claim one rank of a complete epoch: the second, from
+ * another node while the holder is alive, is refused naming the holder; the
+ * group stays. From the holder's own node it is a restart; once the holder
+ * has been quiet for --dead-after, or with replace, it takes the rank. */
+START_TEST(test_rank_taken_by_a_live_holder)
+{
+    s_join(0, "g", 2, 0, "pod-0", "a");
+    s_join(1, "g", 2, 1, "pod-1", "b");
+    s_clear_replies();
+    s_join(2, "g", 2, 1, "pod-7", "dup");
+    ck_assert_str_eq(s_error(2), RDZV_E_RANK_TAKEN);
+    const char *msg = cJSON_GetObjectItem(cJSON_GetObjectItem(replies[2], "error"),
+                                          "message")->valuestring;
+    ck_assert_ptr_nonnull(strstr(msg, "held by a live session from host 10.0.0.1 node pod-1"));
+    s_send(3, "{\"v\":1,\"op\":\"status\",\"group\":\"g\"}");
+    ck_assert_int_eq(s_field(cJSON_GetArrayItem(cJSON_GetObjectItem(replies[3], "groups"), 0),
+                             "epoch"), 1);
+    /* replace: taken at once, the group moves on. */
+    s_send(4, "{\"v\":1,\"id\":4,\"op\":\"join\",\"group\":\"g\",\"world\":2,\"rank\":1,"
+           "\"host\":\"10.0.0.9\",\"node\":\"pod-7\",\"session\":\"dup\",\"timeout_ms\":5000,"
+           "\"replace\":true}");
+    ck_assert_ptr_null(replies[4]);          /* epoch 2 forms */
+    s_join(0, "g", 2, 0, "pod-0", "a");
+    ck_assert_int_eq(s_field(s_assignment(0), "epoch"), 2);
+    s_clear_replies();
+    /* The holder's own node: a restart. */
+    s_join(5, "g", 2, 1, "pod-7", "dup-restarted");
+    ck_assert_ptr_null(replies[5]);
+    s_join(0, "g", 2, 0, "pod-0", "a");
+    ck_assert_int_eq(s_field(s_assignment(0), "epoch"), 3);
+    s_clear_replies();
+    /* A holder quiet for --dead-after (15 s here) gives way. */
+    s_join(6, "g", 2, 1, "pod-8", "late");
+    ck_assert_str_eq(s_error(6), RDZV_E_RANK_TAKEN);
+    s_clear_replies();
+    now += 16000;
+    s_join(6, "g", 2, 1, "pod-8", "late");
+    ck_assert_ptr_null(replies[6]);
+    s_clear_replies();
+}
+END_TEST
+
+/* Scaling a group's world: refused with world_mismatch (saying how) while
+ * old ranks are alive; once none has been heard from for --dead-after, a
+ * join with the new world lays the group out afresh at the next epoch, and
+ * a restart agrees. */
+START_TEST(test_resize_once_the_old_world_is_gone)
+{
+    s_join(0, "g", 2, 0, "n0", "a");
+    s_join(1, "g", 2, 1, "n1", "b");
+    s_clear_replies();
+    s_join(2, "g", 3, 0, "n0", "c");
+    ck_assert_str_eq(s_error(2), RDZV_E_WORLD_MISMATCH);
+    const char *msg = cJSON_GetObjectItem(cJSON_GetObjectItem(replies[2], "error"),
+                                          "message")->valuestring;
+    ck_assert_ptr_nonnull(strstr(msg, "2 of its ranks are alive; to resize"));
+    s_clear_replies();
+    now += 16000;
+    s_join(2, "g", 3, 0, "n0", "c");
+    ck_assert_ptr_null(replies[2]);          /* accepted: waits for ranks 1 and 2 */
+    s_join(3, "g", 3, 1, "n1", "d");
+    s_join(4, "g", 3, 2, "n2", "e");
+    ck_assert_int_eq(s_field(s_assignment(2), "epoch"), 2);
+    ck_assert_int_eq(s_field(s_assignment(4), "world"), 3);
+    s_clear_replies();
+    rdzv_core_destroy(&core);
+    s_open();
+    s_join(5, "g", 3, 2, "n2", "e");         /* a resume gets the same assignment */
+    ck_assert_int_eq(s_field(s_assignment(5), "epoch"), 2);
+    ck_assert_int_eq(s_field(s_assignment(5), "world"), 3);
+    s_clear_replies();
+}
+END_TEST
+
 START_TEST(test_state_survives_restart)
 {
     s_join(0, "g", 2, 0, "n", "a");
@@ -641,6 +715,7 @@ START_TEST(test_plans_record_rank_moves_node)
     s_join(1, "g", 2, 1, "n1", "s1");
     ck_assert_int_eq(s_field(s_assignment(1), "epoch"), 1);
     s_clear_replies();
+    now += 16000;                                /* the old Pod is gone: quiet for --dead-after */
     s_join(1, "g", 2, 1, "n2", "s1b");           /* rank 1's Pod moved */
     s_join(0, "g", 2, 0, "n0", "s0");
     ck_assert_int_eq(s_field(s_assignment(1), "epoch"), 2);
@@ -1100,6 +1175,8 @@ int main(void)
     tcase_add_test(tc, test_two_groups_on_one_node_are_disjoint);
     tcase_add_test(tc, test_resume_same_session);
     tcase_add_test(tc, test_restart_moves_epoch);
+    tcase_add_test(tc, test_rank_taken_by_a_live_holder);
+    tcase_add_test(tc, test_resize_once_the_old_world_is_gone);
     tcase_add_test(tc, test_rank_taken_while_forming);
     tcase_add_test(tc, test_state_survives_restart);
     tcase_add_test(tc, test_bad_input_changes_nothing);
