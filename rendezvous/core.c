@@ -475,6 +475,38 @@ void rdzv_core_set_fds_short(rdzv_core_t *self, bool shortage, long limit)
     atomic_store(&self->fds_limit, limit);
 }
 
+static int s_by_name(const void *a, const void *b)
+{
+    return strcmp((*(rdzv_group_t *const *) a)->name, (*(rdzv_group_t *const *) b)->name);
+}
+
+/* The first RDZV_METRICS_GROUPS groups by name (a stable set from scrape
+ * to scrape), under the lock. */
+static void s_group_stats(zhashx_t *groups, rdzv_core_stats_t *out)
+{
+    size_t n = zhashx_size(groups), i = 0;
+    out->ngroup = 0;
+    out->groups_omitted = 0;
+    rdzv_group_t **v = n ? malloc(n * sizeof *v) : NULL;
+    if (!v) {
+        out->groups_omitted = n;
+        return;
+    }
+    for (rdzv_group_t *g = zhashx_first(groups); g && i < n; g = zhashx_next(groups))
+        v[i++] = g;
+    qsort(v, i, sizeof *v, s_by_name);
+    for (size_t k = 0; k < i && k < RDZV_METRICS_GROUPS; k++) {
+        rdzv_group_stat_t *s = &out->group[out->ngroup++];
+        snprintf(s->name, sizeof s->name, "%s", v[k]->name);
+        s->world = v[k]->world;
+        s->joined = v[k]->joined;
+        s->epoch = v[k]->epoch;
+        s->complete = v[k]->complete;
+    }
+    out->groups_omitted = i - out->ngroup;
+    free(v);
+}
+
 void rdzv_core_stats(rdzv_core_t *self, int64_t now_ms, rdzv_core_stats_t *out)
 {
     pthread_mutex_lock(&self->lock);
@@ -488,6 +520,7 @@ void rdzv_core_stats(rdzv_core_t *self, int64_t now_ms, rdzv_core_stats_t *out)
             out->ranks_joined += m->epoch == g->epoch;
             out->ranks_live += now_ms - rdzv_member_seen(&self->state, m) < self->cfg.dead_after_ms;
         }
+    s_group_stats(groups, out);
     out->journal_bytes = rdzv_journal_size(self->journal);
     rdzv_journal_sync_latency(self->journal, &out->fsync);
     pthread_mutex_unlock(&self->lock);

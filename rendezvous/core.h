@@ -25,6 +25,7 @@
 #include "metrics.h"
 #include "proto.h"
 #include "reply.h"
+#include "rdzv_proto.h"
 
 typedef struct rdzv_core rdzv_core_t;
 
@@ -102,6 +103,17 @@ void rdzv_core_set_connection_cap(rdzv_core_t *self, long cap);
  * any thread. */
 void rdzv_core_set_fds_short(rdzv_core_t *self, bool shortage, long limit);
 
+/* Per-group samples on /metrics: the first RDZV_METRICS_GROUPS groups in
+ * name order, so a server of thousands of groups does not make thousands
+ * of series per metric; rdzv_group_metrics_omitted counts the rest. */
+#define RDZV_METRICS_GROUPS 256
+typedef struct {
+    char name[RDZV_MAX_NAME + 1];
+    int world, joined;
+    int64_t epoch;
+    bool complete;
+} rdzv_group_stat_t;
+
 /* What /metrics shows. Takes the lock. */
 typedef struct {
     rdzv_metrics_t metrics;
@@ -109,6 +121,9 @@ typedef struct {
     unsigned long long replies_dropped[RDZV_DROP_REASONS];
     unsigned long long fds_limit, fds_short;
     unsigned long long connections, connection_cap, peers_dropped[RDZV_PEER_DROP_REASONS];
+    rdzv_group_stat_t group[RDZV_METRICS_GROUPS];
+    size_t ngroup;
+    unsigned long long groups_omitted;
     rdzv_histogram_t fsync;
 } rdzv_core_stats_t;
 void rdzv_core_stats(rdzv_core_t *self, int64_t now_ms, rdzv_core_stats_t *out);

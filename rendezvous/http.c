@@ -32,6 +32,8 @@
 #define S_MIME_JSON "application/json"
 #define S_MIME_TEXT "text/plain; charset=utf-8"
 #define S_MIME_PROMETHEUS "text/plain; version=0.0.4; charset=utf-8"
+#define S_XSTR(x) #x
+#define S_STR(x) S_XSTR(x)
 
 struct rdzv_http {
     struct MHD_Daemon *daemon;
@@ -166,6 +168,41 @@ static void s_metric(FILE *f, const char *name, const char *type, const char *he
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name, value);
 }
 
+/* A group name as a label value: \ and " escaped (names hold no newline). */
+static void s_label(FILE *f, const char *name)
+{
+    for (const char *p = name; *p; p++) {
+        if (*p == '\\' || *p == '"')
+            fputc('\\', f);
+        fputc(*p, f);
+    }
+}
+
+static void s_group_metrics(const rdzv_core_stats_t *st, FILE *f)
+{
+    static const struct { const char *name, *help; } families[] = {
+        { "rdzv_group_ranks_joined", "Ranks that joined the group's current epoch." },
+        { "rdzv_group_world", "The group's world." },
+        { "rdzv_group_epoch", "The group's current epoch." },
+        { "rdzv_group_complete", "Whether every rank joined the current epoch (1)." },
+    };
+    for (size_t k = 0; k < sizeof families / sizeof families[0]; k++) {
+        fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", families[k].name, families[k].help,
+                families[k].name);
+        for (size_t i = 0; i < st->ngroup; i++) {
+            const rdzv_group_stat_t *g = &st->group[i];
+            long long v = k == 0 ? g->joined : k == 1 ? g->world : k == 2 ? g->epoch
+                                                                          : g->complete;
+            fprintf(f, "%s{group=\"", families[k].name);
+            s_label(f, g->name);
+            fprintf(f, "\"} %lld\n", v);
+        }
+    }
+    s_metric(f, "rdzv_group_metrics_omitted", "gauge",
+             "Groups past the first " S_STR(RDZV_METRICS_GROUPS)
+             " by name, which have no rdzv_group_* samples.", st->groups_omitted);
+}
+
 static void s_render_metrics(const rdzv_core_stats_t *st, FILE *f)
 {
     const rdzv_metrics_t *m = &st->metrics;
@@ -217,6 +254,7 @@ static void s_render_metrics(const rdzv_core_stats_t *st, FILE *f)
     for (int i = 0; i < RDZV_ERROR_CODES; i++)
         fprintf(f, "rdzv_refusals_total{code=\"%s\"} %llu\n", rdzv_error_codes[i],
                 (unsigned long long) m->refusals[i]);
+    s_group_metrics(st, f);
     s_histogram(f, "rdzv_join_to_assignment_seconds",
                 "Seconds from a rank's join to its assignment.", &m->join_latency);
     s_metric(f, "rdzv_journal_bytes", "gauge", "Bytes in the journal file.",

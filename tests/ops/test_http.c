@@ -334,6 +334,32 @@ START_TEST(test_metrics_histogram_is_cumulative)
 END_TEST
 
 /* Every sample's family has # HELP and # TYPE before it (text format 0.0.4). */
+/* Per-group samples stop at RDZV_METRICS_GROUPS groups (the first by
+ * name), the rest counted; a name's quote and backslash are escaped. */
+START_TEST(test_group_metrics_capped)
+{
+    rdzv_http_set_core(http, core);
+    char name[16];
+    for (int i = 0; i < RDZV_METRICS_GROUPS + 44; i++) {
+        snprintf(name, sizeof name, "g%03d", i);
+        s_join(name, 2, 0);
+    }
+    s_join("a\\\"b\\\\c", 1, 0);        /* the group a"b\c */
+    s_response_t r;
+    s_fetch("/metrics", &r);
+    ck_assert_int_eq((int) s_sample(r.body, "rdzv_group_world{group=\"a\\\"b\\\\c\"}"), 1);
+    ck_assert_int_eq((int) s_sample(r.body, "rdzv_group_ranks_joined{group=\"g000\"}"), 1);
+    ck_assert_int_eq((int) s_sample(r.body, "rdzv_group_complete{group=\"g000\"}"), 0);
+    ck_assert_int_eq((int) s_sample(r.body, "rdzv_group_metrics_omitted"), 45);
+    ck_assert_ptr_nonnull(strstr(r.body, "rdzv_group_world{group=\"g254\"}"));
+    ck_assert_ptr_null(strstr(r.body, "rdzv_group_world{group=\"g255\"}"));
+    int series = 0;
+    for (const char *p = r.body; (p = strstr(p, "\nrdzv_group_epoch{")); p++)
+        series++;
+    ck_assert_int_eq(series, RDZV_METRICS_GROUPS);
+}
+END_TEST
+
 START_TEST(test_metrics_well_formed)
 {
     rdzv_http_set_core(http, core);
@@ -367,13 +393,18 @@ START_TEST(test_metrics_well_formed)
         ck_assert_msg(found, "sample %s has no # TYPE before it", name);
     }
     /* Every family rdzvd documents (rdzvd.8), the two dropped-reply reasons
-     * and the two dropped-peer ones among the samples. */
-    ck_assert_int_eq(ntyped, 20);
+     * and the two dropped-peer ones among the samples, and the group's own. */
+    ck_assert_int_eq(ntyped, 25);
     ck_assert_ptr_nonnull(strstr(r.head, "200"));
     s_fetch("/metrics", &r);
     ck_assert_ptr_nonnull(strstr(r.body, "rdzv_replies_dropped_total{reason=\"slow_reader\"} 0"));
     ck_assert_ptr_nonnull(strstr(r.body, "rdzv_replies_dropped_total{reason=\"gone\"} "));
     ck_assert_ptr_nonnull(strstr(r.body, "rdzv_peers_dropped_total{reason=\"slow_reader\"} 0"));
+    ck_assert_ptr_nonnull(strstr(r.body, "\nrdzv_group_world{group=\"g\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(r.body, "\nrdzv_group_ranks_joined{group=\"g\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(r.body, "\nrdzv_group_epoch{group=\"g\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(r.body, "\nrdzv_group_complete{group=\"g\"} 1\n"));
+    ck_assert_ptr_nonnull(strstr(r.body, "\nrdzv_group_metrics_omitted 0\n"));
     ck_assert_ptr_nonnull(strstr(r.body, "rdzv_peers_dropped_total{reason=\"connection_cap\"} 0"));
     ck_assert_ptr_nonnull(strstr(r.body, "\nrdzv_groups_expired_total 0\n"));
 }
@@ -577,6 +608,7 @@ int main(void)
     tcase_add_test(tc, test_healthz_fails_on_a_stalled_journal_sync);
     tcase_add_test(tc, test_metrics_histogram_is_cumulative);
     tcase_add_test(tc, test_metrics_well_formed);
+    tcase_add_test(tc, test_group_metrics_capped);
     tcase_add_test(tc, test_groups_json);
     tcase_add_test(tc, test_unknown_group_path_and_method);
     tcase_add_test(tc, test_reads_under_the_core_lock);
