@@ -59,6 +59,15 @@ RDZV_EXPORT rdzv_client_t *rdzv_client_new(const char *endpoint, const char *ses
 {
     if (!endpoint)
         endpoint = RDZV_DEFAULT_ENDPOINT;
+    /* "host:port" and "host" too, as a user types them. */
+    char full[RDZV_MAX_NAME + 16];
+    if (rdzv_endpoint_normalize(endpoint, full, sizeof full) < 0) {
+        rdzv_set_error(err, errlen, "bad endpoint '%s': want tcp://HOST:PORT, HOST:PORT or "
+                       "HOST (port %d)", endpoint, RDZV_DEFAULT_PORT);
+        errno = EINVAL;
+        return NULL;
+    }
+    endpoint = full;
     if (session && !rdzv_text_valid(session)) {
         rdzv_set_error(err, errlen, "session must be 1..%d printable bytes", RDZV_MAX_NAME);
         errno = EINVAL;

@@ -19,6 +19,7 @@
 #define RDZV_MAX_TIMEOUT_MS       86400000
 
 #define RDZV_DEFAULT_ENDPOINT     "tcp://127.0.0.1:29400"
+#define RDZV_DEFAULT_PORT         29400          /* of an endpoint given as a bare host */
 #define RDZV_DEFAULT_BIND         "tcp://*:29400"
 #define RDZV_DEFAULT_PORT_BASE    19500
 #define RDZV_DEFAULT_PORTS_PER_RANK 32

@@ -192,3 +192,41 @@ int64_t rdzv_now_ms(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
+
+/* Whether text is a port number 1..65535, digits only. */
+static bool s_port_text(const char *text, size_t len)
+{
+    if (len == 0 || len > 5)
+        return false;
+    long port = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] < '0' || text[i] > '9')
+            return false;
+        port = port * 10 + (text[i] - '0');
+    }
+    return port >= 1 && port <= 65535;
+}
+
+int rdzv_endpoint_normalize(const char *in, char *out, size_t len)
+{
+    int n;
+    const char *colon = strrchr(in, ':');
+    if (strstr(in, "://")) {
+        n = snprintf(out, len, "%s", in);
+    } else if (in[0] == '[') {                        /* [v6] or [v6]:port */
+        const char *end = strchr(in, ']');
+        if (!end || (end[1] && (end[1] != ':' || !s_port_text(end + 2, strlen(end + 2)))))
+            return -1;
+        n = end[1] ? snprintf(out, len, "tcp://%s", in)
+                   : snprintf(out, len, "tcp://%s:%d", in, RDZV_DEFAULT_PORT);
+    } else if (colon && strchr(in, ':') == colon) {   /* host:port */
+        if (!s_port_text(colon + 1, strlen(colon + 1)) || colon == in)
+            return -1;
+        n = snprintf(out, len, "tcp://%s", in);
+    } else if (colon) {                               /* a bare IPv6 address */
+        n = snprintf(out, len, "tcp://[%s]:%d", in, RDZV_DEFAULT_PORT);
+    } else {
+        n = snprintf(out, len, "tcp://%s:%d", in, RDZV_DEFAULT_PORT);
+    }
+    return n < 0 || (size_t) n >= len || !*in ? -1 : 0;
+}

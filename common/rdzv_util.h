@@ -44,4 +44,10 @@ void rdzv_timespec_after(int clock, int ms, struct timespec *out);
 /* Monotonic clock in milliseconds, for deadlines. */
 int64_t rdzv_now_ms(void);
 
+/* An endpoint as ZeroMQ wants it: "tcp://host:port" and any other
+ * "scheme://..." as given; "host:port", "[v6]:port" and "host" (port
+ * RDZV_DEFAULT_PORT; a bare IPv6 address too) get "tcp://" and the port.
+ * Returns 0, or -1 if out is too small or the port is not 1..65535. */
+int rdzv_endpoint_normalize(const char *in, char *out, size_t len);
+
 #endif

@@ -158,7 +158,18 @@ static int s_parse(int argc, char **argv, s_options_t *o)
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         int rc = 0;
         switch (c) {
-        case 'b': o->bind = optarg; o->bind_given = true; break;
+        case 'b': {
+            /* "host:port" and "host" as well as a ZeroMQ endpoint. */
+            static char bind[RDZV_MAX_NAME + 16];
+            if (rdzv_endpoint_normalize(optarg, bind, sizeof bind) < 0) {
+                fprintf(stderr, "rdzvd: --bind must be tcp://HOST:PORT, HOST:PORT or HOST "
+                        "(port %d), not '%s'\n", RDZV_DEFAULT_PORT, optarg);
+                rc = -1;
+            }
+            o->bind = bind;
+            o->bind_given = true;
+            break;
+        }
         case 's': o->cfg.state_dir = optarg; break;
         case 'p': rc = s_int_arg("--port-base", optarg, 1, 65535, &o->cfg.port_base); break;
         case 'k': rc = s_int_arg("--ports-per-rank", optarg, 1, 4096, &o->cfg.ports_per_rank); break;

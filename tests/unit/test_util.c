@@ -79,6 +79,33 @@ START_TEST(test_utf8_prefix_table)
 }
 END_TEST
 
+/* Endpoints as users type them, and what ZeroMQ gets. */
+START_TEST(test_endpoint_normalize)
+{
+    static const struct { const char *in, *out; } ok[] = {
+        { "tcp://10.0.0.1:29400", "tcp://10.0.0.1:29400" },
+        { "ipc:///run/rdzv.sock", "ipc:///run/rdzv.sock" },
+        { "rdzvd:29401", "tcp://rdzvd:29401" },
+        { "rdzvd", "tcp://rdzvd:29400" },
+        { "10.0.0.1", "tcp://10.0.0.1:29400" },
+        { "*", "tcp://*:29400" },
+        { "[::1]:5", "tcp://[::1]:5" },
+        { "[fd00::1]", "tcp://[fd00::1]:29400" },
+        { "fd00::1", "tcp://[fd00::1]:29400" },
+    };
+    char out[64];
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        ck_assert_int_eq(rdzv_endpoint_normalize(ok[i].in, out, sizeof out), 0);
+        ck_assert_str_eq(out, ok[i].out);
+    }
+    static const char *const bad[] = { "", "host:", "host:0", "host:65536", "host:12a",
+                                       ":29400", "[::1", "[::1]x", "[::1]:" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        ck_assert_msg(rdzv_endpoint_normalize(bad[i], out, sizeof out) < 0, "%s", bad[i]);
+    ck_assert_int_eq(rdzv_endpoint_normalize("averyveryverylonghostname", out, 16), -1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("util");
@@ -90,5 +117,8 @@ int main(void)
     tcase_add_loop_test(tp, test_utf8_prefix_table, 0,
                         (int) (sizeof s_prefix_cases / sizeof s_prefix_cases[0]));
     suite_add_tcase(s, tp);
+    TCase *te = tcase_create("rdzv_endpoint_normalize");
+    tcase_add_test(te, test_endpoint_normalize);
+    suite_add_tcase(s, te);
     return rdzv_check_run(s);
 }
