@@ -487,8 +487,37 @@ static char *s_beside_socket(const char *socket_path, const char *suffix)
     return path;
 }
 
+/* The socket, PATH.env and PATH.session go into --socket's directory: find
+ * out before joining, or the group would wait for a rank whose agent can
+ * never serve. 0, or -1 having said why. */
+static int s_check_socket_dir(const char *socket_path)
+{
+    char dir[PATH_MAX];
+    const char *slash = strrchr(socket_path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == socket_path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int) (slash - socket_path), socket_path);
+    struct stat st;
+    if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "rdzv agent: --socket %s: directory %s does not exist (create it, or "
+                "mount an emptyDir there)\n", socket_path, dir);
+        return -1;
+    }
+    if (access(dir, W_OK | X_OK) < 0) {
+        fprintf(stderr, "rdzv agent: --socket %s: directory %s is not writable by uid %d: "
+                "%s\n", socket_path, dir, (int) geteuid(), strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 static int s_init(s_agent_t *self)
 {
+    if (s_check_socket_dir(self->opts.socket_path) < 0)
+        return -1;
     self->env_path = s_beside_socket(self->opts.socket_path, RDZV_AGENT_ENV_SUFFIX);
     self->session_path = s_beside_socket(self->opts.socket_path, RDZV_AGENT_SESSION_SUFFIX);
     if (!self->env_path || !self->session_path || s_first_session(self) < 0)

@@ -65,6 +65,18 @@ expect 2 "kv get bad epoch" "$RDZV" kv get --server "$EP" --group g --epoch x k
 expect 2 "group without subcommand" "$RDZV" group
 expect 2 "group delete without group" "$RDZV" group delete --server "$EP"
 expect 2 "agent not built or bad usage" "$RDZV" agent --no-such-flag
+A="agent --server $EP --group g --rank 0 --socket /tmp/rdzv-cli-test-$$.sock"
+expect 2 "agent bad --world" "$RDZV" $A --world x
+has "$ERR" "--world (or RDZV_WORLD) must be an integer in 1..2147483647, not 'x'" \
+    "agent names the option, its variable and the range"
+expect 2 "agent bad RDZV_RESERVE_WAIT" env RDZV_RESERVE_WAIT=-1 "$RDZV" $A --world 1
+has "$ERR" "--reserve-wait (or RDZV_RESERVE_WAIT) must be an integer in 0..3600, not '-1'" \
+    "an option's variable is named the same way"
+expect 2 "agent bad --port-range" "$RDZV" $A --world 1 --port-range 9-3
+has "$ERR" "--port-range (or RDZV_PORT_RANGE) must be BASE-LIMIT" "port range named"
+expect 1 "agent socket in a missing directory" "$RDZV" agent --server "$EP" --group g \
+    --world 1 --rank 0 --socket /nonexistent-dir/agent.sock
+has "$ERR" "directory /nonexistent-dir does not exist" "the directory is checked before joining"
 
 expect 0 "join json" "$RDZV" $J --world 2 --rank 1 --host 10.0.0.7 --node n1
 has "$OUT" '"rank":1' "json has the rank"
