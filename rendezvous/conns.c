@@ -1,8 +1,10 @@
 #include "conns.h"
 #include "log.h"
 
+#include <arpa/inet.h>
 #include <czmq.h>
 #include <linux/sockios.h>
+#include <netinet/in.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -21,7 +23,9 @@ int rdzv_conns_init(rdzv_conns_t *self, rdzv_core_t *core, void *router, int ind
     char ep[96];
     snprintf(ep, sizeof ep, "inproc://rdzv-conns-%p-%d", (void *) self, index);
     if (zmq_socket_monitor(router, ep, ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED
-                                           | ZMQ_EVENT_ACCEPT_FAILED) < 0)
+                                           | ZMQ_EVENT_ACCEPT_FAILED
+                                           | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL
+                                           | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) < 0)
         return -1;
     self->monitor = zmq_socket(zsys_init(), ZMQ_PAIR);
     /* Unbounded: an event lost would leave the count wrong for good, and
@@ -132,8 +136,64 @@ long rdzv_conns_check(rdzv_conns_t *self, int64_t now_ms)
     return next;
 }
 
+/* Remembers where the connection on fd comes from ("10.0.0.7:51234"). */
+static void s_remember(rdzv_conns_t *self, int fd)
+{
+    rdzv_conn_recent_t *r = &self->recent[self->recent_next++ % RDZV_CONNS_RECENT];
+    r->fd = fd;
+    snprintf(r->addr, sizeof r->addr, "an unknown address");
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    char host[INET6_ADDRSTRLEN] = "";
+    if (getpeername(fd, (struct sockaddr *) &ss, &len) < 0)
+        return;
+    if (ss.ss_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *) &ss;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+        snprintf(r->addr, sizeof r->addr, "%s:%d", host, ntohs(in->sin_port));
+    } else if (ss.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *) &ss;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+        snprintf(r->addr, sizeof r->addr, "[%s]:%d", host, ntohs(in6->sin6_port));
+    } else if (ss.ss_family == AF_UNIX) {
+        snprintf(r->addr, sizeof r->addr, "a unix socket");
+    }
+}
+
+static const char *s_recent_addr(const rdzv_conns_t *self, int fd)
+{
+    /* The newest entry for fd: numbers are reused, the latest is the one. */
+    for (size_t k = 1; k <= RDZV_CONNS_RECENT && k <= self->recent_next; k++) {
+        const rdzv_conn_recent_t *r = &self->recent[(self->recent_next - k) % RDZV_CONNS_RECENT];
+        if (r->fd == fd)
+            return r->addr;
+    }
+    return "an unknown address";
+}
+
+/* A refused handshake, logged at its close, where the peer is known; at
+ * most a line every 10 s, saying how many went unlogged since. */
+static void s_log_refused(rdzv_conns_t *self, int fd, int64_t now)
+{
+    int k = self->refused_kind;
+    self->refused_pending--;
+    if (now < self->next_refused_log[k]) {
+        self->refused_unlogged[k]++;
+        return;
+    }
+    self->next_refused_log[k] = now + 10000;
+    char more[48] = "";
+    if (self->refused_unlogged[k])
+        snprintf(more, sizeof more, " (%u more like it since the last line)",
+                 self->refused_unlogged[k]);
+    rdzv_core_log("refuse", "handshake from %s: %s%s", s_recent_addr(self, fd),
+                  self->refused_why, more);
+    self->refused_unlogged[k] = 0;
+}
+
 static void s_on_accepted(rdzv_conns_t *self, int fd, int64_t now)
 {
+    s_remember(self, fd);
     rdzv_conn_watch_t *stale = s_find(self, fd);
     if (stale)                       /* its close was not reported: a new one now */
         s_forget(self, stale);
@@ -157,8 +217,24 @@ static void s_on_event(rdzv_conns_t *self, uint16_t event, int32_t value, int64_
 {
     if (event == ZMQ_EVENT_ACCEPTED) {
         s_on_accepted(self, value, now);
+    } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+        /* value: the ZAP status; 400 is a client key not in --clients. */
+        self->refused_pending++;
+        self->refused_kind = 0;
+        self->refused_why = value == 400 ? "its CURVE key is not in --clients (ZAP 400)"
+                                         : "the ZAP handler said no";
+    } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+        self->refused_pending++;
+        self->refused_kind = 1;
+        self->refused_why = value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+                            ? "it does not speak CURVE (no keys, or plaintext)"
+                            : value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
+                            ? "a CURVE message did not decrypt (the client has another server key?)"
+                            : "a ZMTP protocol error";
     } else if (event == ZMQ_EVENT_DISCONNECTED) {
         rdzv_core_connections_add(self->core, -1);
+        if (self->refused_pending > 0)
+            s_log_refused(self, value, now);
         rdzv_conn_watch_t *w = s_find(self, value);
         if (w && w->shut)
             rdzv_core_count_peer_dropped(self->core, w->why);

@@ -23,9 +23,24 @@ typedef struct {
     int64_t since_ms;
 } rdzv_conn_watch_t;
 
+/* Where a recent connection came from: a refused handshake is reported by
+ * libzmq without the peer, and its close (with the descriptor) follows. */
+#define RDZV_CONNS_RECENT 1024
+typedef struct {
+    int fd;
+    char addr[64];
+} rdzv_conn_recent_t;
+
 typedef struct {
     rdzv_core_t *core;
     void *monitor;               /* the monitor's PAIR: events arrive here */
+    rdzv_conn_recent_t recent[RDZV_CONNS_RECENT];
+    size_t recent_next;
+    int refused_pending;         /* handshakes refused, their close not yet seen */
+    const char *refused_why;
+    int refused_kind;            /* 0: ZAP said no; 1: the handshake itself failed */
+    int64_t next_refused_log[2];
+    unsigned refused_unlogged[2];  /* since the last line of that kind */
     long max;                    /* connections of the whole server */
     rdzv_conn_watch_t *v;
     size_t len, cap, suspects;

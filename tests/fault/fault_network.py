@@ -421,6 +421,13 @@ def case_curve(opts):
             TAP.ok(not got or b"ok" not in got, "a NULL-mechanism peer gets no reply")
         except (Fail, OSError):
             TAP.ok(True, "a NULL-mechanism peer is dropped during the handshake")
+        log = srv.log()
+        TAP.ok(re.search(r"refuse handshake from 127\.0\.0\.1:\d+: its CURVE key is "
+                         r"not in --clients", log)
+               and re.search(r"refuse handshake from 127\.0\.0\.1:\d+: it does not "
+                             r"speak CURVE", log),
+               "rdzvd logs the refused handshakes with the peer's address, by cause: %s"
+               % " | ".join(l for l in log.splitlines() if "refuse handshake" in l)[:300])
         env = dict(os.environ, RDZV_CURVE_SERVER_PUBLIC=os.path.join(tmp, "server"),
                    RDZV_CURVE_SECRET=os.path.join(tmp, "alice_secret"))
         rc, out, err = cli(opts, "status", "--json", "--server", srv.endpoint, env=env)
