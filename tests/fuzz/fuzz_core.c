@@ -126,10 +126,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fprintf(stderr, "fuzz_core: no status reply\n");
         abort();
     }
-    /* "alive" and similar fields depend on when a rank was last seen, which
-     * replay does not restore; compare with those dropped. */
+    /* "alive" and similar fields depend on when a rank was last seen, and
+     * "age_s" on when the epoch's first rank joined, which replay does not
+     * restore; compare with those dropped. */
     cJSON *b = cJSON_Parse(before), *a = cJSON_Parse(after);
-    const char *volatile_fields[] = { "alive", "last_seen_ms", "dead", "waiting" };
+    const char *volatile_fields[] = { "alive", "last_seen_ms", "dead", "waiting", "age_s" };
     cJSON *docs[2] = { b, a };
     for (int d = 0; d < 2; d++) {
         cJSON *groups = cJSON_GetObjectItem(docs[d], "groups"), *g;
