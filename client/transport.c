@@ -4,6 +4,7 @@
  * for a given session (a repeated join is a resume); it is what carries a
  * client through a lost reply or a rdzvd restart. */
 #include "transport.h"
+#include "context.h"
 #include "security.h"
 
 #include "rdzv.h"
@@ -105,7 +106,7 @@ rdzv_transport_t *rdzv_transport_new(const char *endpoint, char *err, size_t err
         return NULL;
     }
     self->next_id = 1;
-    self->ctx = zmq_ctx_new();
+    self->ctx = rdzv_context_acquire();
     if (self->ctx)
         self->sock = zmq_socket(self->ctx, ZMQ_DEALER);
     if (!self->sock || s_configure(self->sock, rdzv_endpoint_wants_ipv6(endpoint)) != 0) {
@@ -138,8 +139,7 @@ void rdzv_transport_destroy(rdzv_transport_t **self_p)
     rdzv_transport_t *self = *self_p;
     if (self->sock)
         zmq_close(self->sock);
-    if (self->ctx)
-        zmq_ctx_term(self->ctx);
+    rdzv_context_release(self->ctx);
     free(self->token);
     free(self);
     *self_p = NULL;

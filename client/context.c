@@ -1,0 +1,63 @@
+#include "context.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <sys/types.h>
+#include <unistd.h>
+#include <zmq.h>
+
+static pthread_mutex_t s_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t s_once = PTHREAD_ONCE_INIT;
+static void *s_ctx;
+static int s_users;
+static pid_t s_owner;           /* the process that made s_ctx */
+
+static void s_prepare(void) { pthread_mutex_lock(&s_lock); }
+static void s_parent(void) { pthread_mutex_unlock(&s_lock); }
+
+/* A child after fork() has the parent's context without its I/O thread:
+ * unusable, and terminating it would wait for sockets it cannot close.
+ * It is left as it is, and the child makes its own on first use. */
+static void s_child(void)
+{
+    s_ctx = NULL;
+    s_users = 0;
+    s_owner = 0;
+    pthread_mutex_unlock(&s_lock);
+}
+
+static void s_init(void)
+{
+    pthread_atfork(s_prepare, s_parent, s_child);
+}
+
+void *rdzv_context_acquire(void)
+{
+    pthread_once(&s_once, s_init);
+    pthread_mutex_lock(&s_lock);
+    if (!s_ctx) {
+        s_ctx = zmq_ctx_new();
+        s_owner = getpid();
+    }
+    void *ctx = s_ctx;
+    if (ctx)
+        s_users++;
+    pthread_mutex_unlock(&s_lock);
+    return ctx;
+}
+
+void rdzv_context_release(void *ctx)
+{
+    if (!ctx)
+        return;
+    pthread_mutex_lock(&s_lock);
+    /* A context of a parent process (this is a forked child) is not ours. */
+    bool last = ctx == s_ctx && s_owner == getpid() && --s_users == 0;
+    if (last)
+        s_ctx = NULL;
+    pthread_mutex_unlock(&s_lock);
+    /* Outside the lock: terminating waits for the I/O thread, and another
+     * thread may make a fresh context meanwhile. */
+    if (last)
+        zmq_ctx_term(ctx);
+}
