@@ -139,10 +139,13 @@ static bool s_parse_nccl(rdzv_assignment_t *self, const cJSON *obj)
 }
 
 /* One member per rank, each rank exactly once: the reply comes only after
- * the whole world joined. */
+ * the whole world joined. No list at all is an assignment asked for
+ * without it (the default: it is O(world) for every rank). */
 static bool s_parse_members(rdzv_assignment_t *self, const cJSON *obj)
 {
     const cJSON *members = cJSON_GetObjectItemCaseSensitive(obj, "members");
+    if (!members)
+        return true;
     if (!cJSON_IsArray(members) || cJSON_GetArraySize(members) != self->world)
         return false;
     self->members = calloc((size_t) self->world, sizeof *self->members);
@@ -293,19 +296,19 @@ RDZV_EXPORT const char *rdzv_assignment_nccl_id_hex_at(const rdzv_assignment_t *
 
 RDZV_EXPORT size_t rdzv_assignment_member_count(const rdzv_assignment_t *self)
 {
-    return self ? (size_t) self->world : 0;
+    return self && self->members ? (size_t) self->world : 0;
 }
 
 RDZV_EXPORT const char *rdzv_assignment_member_host(const rdzv_assignment_t *self,
                                                     size_t i)
 {
-    return self && i < (size_t) self->world ? self->members[i].host : NULL;
+    return self && self->members && i < (size_t) self->world ? self->members[i].host : NULL;
 }
 
 RDZV_EXPORT const char *rdzv_assignment_member_node(const rdzv_assignment_t *self,
                                                     size_t i)
 {
-    return self && i < (size_t) self->world ? self->members[i].node : NULL;
+    return self && self->members && i < (size_t) self->world ? self->members[i].node : NULL;
 }
 
 RDZV_EXPORT const char *rdzv_assignment_json(const rdzv_assignment_t *self)

@@ -38,6 +38,8 @@ static const char s_usage[] =
     "                    rank_taken refusal (a killed join of this rank still\n"
     "                    waiting in rdzvd, or a live process on another node\n"
     "                    holding it) is retried\n"
+    "  --members         put every rank's host and node in the assignment\n"
+    "                    (RDZV_MEMBERS=1; O(world) per rank, so off by default)\n"
     "  --replace         take the rank even from a live session on another\n"
     "                    node (one known to be gone, or a deliberate takeover)\n"
     "  --format json|env output: one JSON line (default) or KEY=VALUE lines\n"
@@ -59,11 +61,11 @@ static const char s_usage[] =
 typedef struct {
     const char *server, *group, *world, *rank, *host, *node;
     const char *timeout, *format, *nccl_id, *nccl_ids;
-    bool help, replace;
+    bool help, replace, members;
 } s_flags_t;
 
 enum { S_SERVER = 256, S_GROUP, S_WORLD, S_RANK, S_HOST, S_NODE, S_TIMEOUT,
-       S_FORMAT, S_NCCL, S_NCCL_IDS, S_REPLACE };
+       S_FORMAT, S_NCCL, S_NCCL_IDS, S_REPLACE, S_MEMBERS };
 
 static const struct option s_options[] = {
     { "server", required_argument, NULL, S_SERVER },
@@ -77,6 +79,7 @@ static const struct option s_options[] = {
     { "nccl-id", required_argument, NULL, S_NCCL },
     { "nccl-ids", required_argument, NULL, S_NCCL_IDS },
     { "replace", no_argument, NULL, S_REPLACE },
+    { "members", no_argument, NULL, S_MEMBERS },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
 };
@@ -95,6 +98,7 @@ static void s_store(s_flags_t *f, int c, const char *arg)
     case S_NCCL: f->nccl_id = arg; break;
     case S_NCCL_IDS: f->nccl_ids = arg; break;
     case S_REPLACE: f->replace = true; break;
+    case S_MEMBERS: f->members = true; break;
     default: f->help = true; break;
     }
 }
@@ -296,6 +300,8 @@ int cli_join_main(int argc, char **argv)
     if (!client)
         return rc;
     rdzv_client_set_replace(client, f.replace);
+    if (f.members)
+        rdzv_client_set_members(client, true);
     rdzv_assignment_t *asg = NULL;
     cli_progress_t *progress = cli_progress_start(S_CMD, f.server, args.group,
                                                   args.timeout_ms);

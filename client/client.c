@@ -26,6 +26,7 @@ struct rdzv_client {
     char code[RDZV_CODE_LEN];
     int request_timeout_ms;
     bool replace;                /* joins take the rank from a live session */
+    bool members;                /* joins ask for the members list */
     /* rank0 mode: the IDs this process made for its next successful join of
      * r0_group; kept across failed joins so a retry sends the same ones. */
     char r0_group[RDZV_MAX_NAME + 1];
@@ -81,6 +82,8 @@ RDZV_EXPORT rdzv_client_t *rdzv_client_new(const char *endpoint, const char *ses
         return NULL;
     }
     self->request_timeout_ms = RDZV_REQUEST_TIMEOUT_MS;
+    const char *members = getenv("RDZV_MEMBERS");
+    self->members = members && strcmp(members, "1") == 0;
     if (session)
         strcpy(self->session, session);
     else if (s_new_session(self->session) != 0) {
@@ -129,6 +132,14 @@ RDZV_EXPORT int rdzv_client_set_replace(rdzv_client_t *self, bool replace)
     if (!self)
         return RDZV_ERR_USAGE;
     self->replace = replace;
+    return RDZV_OK;
+}
+
+RDZV_EXPORT int rdzv_client_set_members(rdzv_client_t *self, bool members)
+{
+    if (!self)
+        return RDZV_ERR_USAGE;
+    self->members = members;
     return RDZV_OK;
 }
 
@@ -507,6 +518,7 @@ static cJSON *s_join_request(const rdzv_client_t *self, const rdzv_join_args_t *
                             && (nccl_ids == 0
                                 || cJSON_AddNumberToObject(req, "nccl_ids", nccl_ids))
                             && (!self->replace || cJSON_AddTrueToObject(req, "replace"))
+                            && cJSON_AddBoolToObject(req, "members", self->members)
                             && (!rank0_ids || s_add_rank0_ids(self, req)));
 }
 

@@ -97,6 +97,12 @@ int rdzv_client_set_request_timeout(rdzv_client_t *self, int timeout_ms);
  * takeover); without it such a join is refused with rank_taken while the
  * holder, on another node, still heartbeats. Returns 0 or RDZV_ERR_USAGE. */
 int rdzv_client_set_replace(rdzv_client_t *self, bool replace);
+/* members true: joins ask for the members list (every rank's host and
+ * node) in the assignment. Off by default, or by the variable
+ * RDZV_MEMBERS=1: the list is O(world) bytes for every rank, O(world^2)
+ * for rdzvd at each release; `rdzv status --group G` has the roster once.
+ * Returns 0 or RDZV_ERR_USAGE. */
+int rdzv_client_set_members(rdzv_client_t *self, bool members);
 
 /* Blocks until every rank has joined, the deadline passes or the server
  * refuses. On success *out holds a new assignment owned by the caller.
@@ -165,6 +171,8 @@ int rdzv_assignment_nccl_id(const rdzv_assignment_t *self,
  * the one rdzv_assignment_nccl_id_hex returns. */
 size_t rdzv_assignment_nccl_id_count(const rdzv_assignment_t *self);
 const char *rdzv_assignment_nccl_id_hex_at(const rdzv_assignment_t *self, size_t i);
+/* The members list (every rank's host and node): only in an assignment
+ * asked for with it (rdzv_client_set_members); count 0 otherwise. */
 size_t rdzv_assignment_member_count(const rdzv_assignment_t *self);
 const char *rdzv_assignment_member_host(const rdzv_assignment_t *self, size_t i);
 const char *rdzv_assignment_member_node(const rdzv_assignment_t *self, size_t i);

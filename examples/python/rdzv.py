@@ -90,6 +90,7 @@ _SIGNATURES = {
 _OPTIONAL = {
     "rdzv_assignment_nccl_id_count": (ctypes.c_size_t, [_c]),
     "rdzv_assignment_nccl_id_hex_at": (ctypes.c_char_p, [_c, ctypes.c_size_t]),
+    "rdzv_client_set_members": (ctypes.c_int, [_c, ctypes.c_bool]),
 }
 
 _lib = None
@@ -180,7 +181,9 @@ class Client:
     """One connection to rdzvd (librdzv's rdzv_client_t). session None: a
     fresh one, what a new process should use; pass the old one to resume."""
 
-    def __init__(self, endpoint, session=None, library=None):
+    def __init__(self, endpoint, session=None, library=None, members=False):
+        """members: ask for every rank's host and node in the assignment
+        (Assignment.members; O(world) per rank, so off by default)."""
         self._lib = load_library(library)
         err = ctypes.create_string_buffer(512)
         self._handle = _c(self._lib.rdzv_client_new(_b(endpoint), _b(session), err,
@@ -188,6 +191,8 @@ class Client:
         if not self._handle:
             raise RdzvError(err.value.decode() or f"cannot create a client for {endpoint}",
                             ERR_USAGE)
+        if members:
+            self._lib.rdzv_client_set_members(self._handle, True)
 
     def close(self):
         if getattr(self, "_handle", None):

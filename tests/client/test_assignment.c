@@ -134,7 +134,7 @@ static const s_bad_t s_bad[] = {
     { "ports", "19500" }, { "ports", "[70000]" }, { "ports", "[19500,null]" },
     { "nccl_unique_id", NULL }, { "nccl_unique_id", "\"abc\"" },
     { "nccl_unique_id", "5" }, { "nccl_unique_id", "false" },
-    { "members", NULL }, { "members", "[]" }, { "members", "{}" },
+    { "members", "[]" }, { "members", "{}" },
     { "members", "[{\"rank\":0,\"host\":\"h\",\"node\":\"n\"}]" },
     { "members", "[{\"rank\":0,\"host\":\"h\",\"node\":\"n\"},"
                  "{\"rank\":0,\"host\":\"h\",\"node\":\"n\"}]" },

@@ -2,6 +2,8 @@
  * matching, resends through a server restart, errors and deadlines. */
 #include "rdzv.h"
 
+#include <dirent.h>
+#include <sys/wait.h>
 #include <cjson/cJSON.h>
 #include "check_run.h"
 #include "rdzv_private.h"
@@ -205,6 +207,8 @@ START_TEST(test_join_request_fields)
     ck_assert_str_eq(s_str(req, "node"), hostname);
     ck_assert_int_eq(s_num(req, "timeout_ms"), 5000);
     ck_assert_str_eq(s_str(req, "nccl_id"), "none");
+    /* The members list only when asked for (O(world) per rank). */
+    ck_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(req, "members")));
     s_fake_stop(&f);
     rdzv_assignment_destroy(&asg);
     rdzv_client_destroy(&c);
@@ -356,6 +360,49 @@ START_TEST(test_request_timeout)
 }
 END_TEST
 
+/* Threads of this process (its /proc/self/task entries). */
+static int s_threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    return n;
+}
+
+/* Clients share the process's one ZeroMQ context: 32 of them cost libzmq's
+ * two threads once, not two each; the last destroy ends them. A forked
+ * child gets a context of its own and can talk to rdzvd. */
+START_TEST(test_clients_share_one_context)
+{
+    int before = s_threads();
+    rdzv_client_t *c[32];
+    for (int i = 0; i < 32; i++)
+        ck_assert_ptr_nonnull(c[i] = rdzv_client_new("tcp://127.0.0.1:9", NULL, NULL, 0));
+    ck_assert_int_le(s_threads() - before, 2);
+    s_fake_t *f = s_fake_start(s_script_join);
+    pid_t pid = fork();
+    if (pid == 0) {
+        rdzv_client_t *child = rdzv_client_new(f->endpoint, "child", NULL, 0);
+        rdzv_join_args_t a = s_args(5000);
+        rdzv_assignment_t *asg = NULL;
+        int rc = rdzv_join(child, &a, &asg);
+        rdzv_assignment_destroy(&asg);
+        rdzv_client_destroy(&child);
+        _exit(rc == RDZV_OK ? 0 : 1);
+    }
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    s_fake_stop(&f);
+    for (int i = 0; i < 32; i++)
+        rdzv_client_destroy(&c[i]);
+    ck_assert_int_eq(s_threads(), before);
+}
+END_TEST
+
 START_TEST(test_client_session)
 {
     rdzv_client_t *a = rdzv_client_new("tcp://127.0.0.1:1", NULL, NULL, 0);
@@ -465,6 +512,7 @@ static Suite *s_suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("client_new");
     tcase_add_test(tc, test_client_session);
+    tcase_add_test(tc, test_clients_share_one_context);
     tcase_add_test(tc, test_client_bad_endpoint);
     tcase_add_test(tc, test_endpoint_ipv6);
     suite_add_tcase(s, tc);

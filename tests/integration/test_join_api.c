@@ -23,6 +23,7 @@ typedef struct {
     char node[32];
     char session[64];            /* empty: fresh */
     int timeout_ms;
+    bool members;                /* ask for the members list */
     int rc;
     char code[32];
     rdzv_assignment_t *assignment;
@@ -36,6 +37,7 @@ static void *s_join_thread(void *arg)
                                        err, sizeof err);
     ck_assert_msg(c != NULL, "%s", err);
     snprintf(r->session, sizeof r->session, "%s", rdzv_client_session(c));
+    rdzv_client_set_members(c, r->members);
     rdzv_join_args_t args = { .group = r->group, .world = r->world, .rank = r->rank,
                               .host = "127.0.0.1", .node = r->node,
                               .timeout_ms = r->timeout_ms ? r->timeout_ms : 20000,
@@ -47,12 +49,15 @@ static void *s_join_thread(void *arg)
 }
 
 /* Joins world ranks concurrently; node_of(rank) names each rank's node. */
+static bool s_members;           /* the next s_run_group asks for the members list */
+
 static s_rank_t *s_run_group(const char *group, int world, int nodes)
 {
     s_rank_t *ranks = calloc((size_t) world, sizeof *ranks);
     pthread_t *threads = calloc((size_t) world, sizeof *threads);
     for (int i = 0; i < world; i++) {
-        ranks[i] = (s_rank_t) { .group = group, .world = world, .rank = i };
+        ranks[i] = (s_rank_t) { .group = group, .world = world, .rank = i,
+                                .members = s_members };
         snprintf(ranks[i].node, sizeof ranks[i].node, "node-%d", i % nodes);
         ck_assert_int_eq(pthread_create(&threads[i], NULL, s_join_thread, &ranks[i]), 0);
     }
@@ -87,6 +92,17 @@ START_TEST(test_four_ranks)
         ck_assert_uint_eq(rdzv_assignment_port_count(a), 32);
         ck_assert_int_eq(rdzv_assignment_port(a, 0), 19500);
         ck_assert_int_eq(rdzv_assignment_port(a, 31), 19531);
+        /* O(1) in the world: no members list unless asked for. */
+        ck_assert_uint_eq(rdzv_assignment_member_count(a), 0);
+        ck_assert_ptr_null(strstr(rdzv_assignment_json(a), "\"members\""));
+    }
+    s_free_group(ranks, 4);
+    s_members = true;
+    ranks = s_run_group("four-members", 4, 4);
+    s_members = false;
+    for (int i = 0; i < 4; i++) {
+        const rdzv_assignment_t *a = ranks[i].assignment;
+        ck_assert_msg(ranks[i].rc == RDZV_OK, "rank %d: %d %s", i, ranks[i].rc, ranks[i].code);
         ck_assert_uint_eq(rdzv_assignment_member_count(a), 4);
         ck_assert_str_eq(rdzv_assignment_member_node(a, 2), "node-2");
     }

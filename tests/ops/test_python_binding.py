@@ -32,12 +32,12 @@ class Server(rdzvtest.Rdzvd):
         self.tmp.cleanup()
 
 
-def join_all(endpoint, group, world, ranks=None, **kw):
+def join_all(endpoint, group, world, ranks=None, members=False, **kw):
     """Joins ranks from one thread each; returns {rank: Assignment or RdzvError}."""
     results = {}
 
     def one(r):
-        with rdzv.Client(endpoint) as c:
+        with rdzv.Client(endpoint, members=members) as c:
             try:
                 results[r] = c.join(group, world, r, timeout=20, **kw)
             except rdzv.RdzvError as e:
@@ -62,7 +62,9 @@ def two_ranks_join_from_threads(srv):
     assert a0.master_port == a1.master_port == a0.ports[0]
     assert len(a0.ports) == len(a1.ports) == 32
     assert not set(a0.ports) & set(a1.ports), "one node: plans must be disjoint"
-    assert a0.members == [("127.0.0.1", "n"), ("127.0.0.1", "n")]
+    assert a0.members == [], "no members list unless asked for"
+    got = join_all(srv.endpoint, "py-members", 2, host="127.0.0.1", node="n", members=True)
+    assert got[0].members == [("127.0.0.1", "n"), ("127.0.0.1", "n")], got[0].members
     assert a0.nccl_id_hex is None and a0.nccl_id is None and a0.nccl_ids_hex == []
     assert a1.env["RDZV_RANK"] == "1" and a1.env["VLLM_PORT"] == str(a1.ports[0])
     assert '"rank":1' in a1.json
