@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -38,6 +39,17 @@ void *rdzv_context_acquire(void)
     if (!s_ctx) {
         s_ctx = zmq_ctx_new();
         s_owner = getpid();
+        /* libzmq allows 1023 sockets a context by default: one client more
+         * in the process would fail. As many as the process may open
+         * files, each socket needing one at least, up to libzmq's limit. */
+        struct rlimit r;
+        int limit = s_ctx ? zmq_ctx_get(s_ctx, ZMQ_SOCKET_LIMIT) : 0;
+        if (limit > 0 && getrlimit(RLIMIT_NOFILE, &r) == 0) {
+            int want = r.rlim_cur == RLIM_INFINITY || r.rlim_cur > (rlim_t) limit
+                       ? limit : (int) r.rlim_cur;
+            if (want > 1023)
+                zmq_ctx_set(s_ctx, ZMQ_MAX_SOCKETS, want);
+        }
     }
     void *ctx = s_ctx;
     if (ctx)

@@ -338,8 +338,10 @@ static void *s_librdzv_rank(void *p)
     bench_rank_t *r = &t->out[t->global];
     r->t_connect = r->t_sent = bench_now_ns();
     t->client = rdzv_client_new(t->endpoint, NULL, err, sizeof err);
-    if (!t->client)
+    if (!t->client) {
+        fprintf(stderr, "rank %d: %s\n", t->global, err);
         return NULL;
+    }
     rdzv_join_args_t args = { .group = group, .world = t->group_size,
                               .rank = t->global % t->group_size, .host = "127.0.0.1",
                               .node = node, .timeout_ms = t->timeout_ms, .nccl_id = "none" };

@@ -400,6 +400,15 @@ START_TEST(test_clients_share_one_context)
     for (int i = 0; i < 32; i++)
         rdzv_client_destroy(&c[i]);
     ck_assert_int_eq(s_threads(), before);
+    /* More clients than libzmq's default of 1023 sockets a context. */
+    enum { MANY = 1100 };
+    rdzv_client_t **many = calloc(MANY, sizeof *many);
+    for (int i = 0; i < MANY; i++)
+        ck_assert_msg((many[i] = rdzv_client_new("tcp://127.0.0.1:9", NULL, NULL, 0)) != NULL,
+                      "client %d", i);
+    for (int i = 0; i < MANY; i++)
+        rdzv_client_destroy(&many[i]);
+    free(many);
 }
 END_TEST
 
