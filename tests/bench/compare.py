@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""rdzv, PyTorch's TCPStore (libuv) and the floor, side by side, alternately,
-in one invocation. Prints one line per run, then medians and ratios, and a
+"""rdzv through librdzv (what users run), PyTorch's TCPStore (libuv) through
+its own client library, rdzv's lean simulator and the floor, side by side,
+alternately, in one invocation. Prints one line per run, then medians and ratios, and a
 JSON summary (also to --out); --dat writes a gnuplot table.
 
     compare.py --bench build/tests/bench/rdzv-bench --rdzvd build/rendezvous/rdzvd
@@ -15,7 +16,11 @@ against the default rdzvd ("rdzv").
 
 Every system does the same work, connects inside the timing, from t0 (the
 moment the ready clients are released) to the last rank's answer:
-  rdzv:     N lean ZMTP clients join one group (rdzv-bench, wall_seconds)
+  librdzv:  N threads spread over P processes, each making an rdzv_client_t
+            with the default options and joining one group (rdzv-bench
+            --simulator librdzv, wall_seconds): the real client library
+  rdzv:     N lean ZMTP clients join one group (rdzv-bench, wall_seconds):
+            the server's own cost, with as little client as possible
   TCPStore: N clients (threads spread over P processes) each construct a
             TCPStore client (connect), add("join", 1); the rank that completes
             the count sets a 128-byte "id" and "release"; all wait(["release"])
@@ -163,9 +168,9 @@ def run_tcpstore(n, processes, python, timeout):
 
 # ---- rdzv and the floor -------------------------------------------------------
 
-def run_rdzv(a, n, extra=(), floor=True):
+def run_rdzv(a, n, extra=(), floor=True, simulator="lean"):
     argv = [a.bench, "--rdzvd", a.rdzvd, "--ranks", str(n), "--processes", str(a.processes),
-            "--fsync", a.fsync, "--timeout", str(a.timeout)]
+            "--fsync", a.fsync, "--timeout", str(a.timeout), "--simulator", simulator]
     argv += ["--floor"] if floor else []
     argv += ["--rdzvd-arg=" + x for x in extra]
     if a.window:
@@ -183,12 +188,18 @@ def summarize(a, sizes, runs, variants, reps_done, quiet):
     summary = {"processes": a.processes, "repeat": a.repeat, "repetitions_done": reps_done,
                "fsync": a.fsync, "window": a.window, "cpus": os.cpu_count(), "sizes": {},
                "variants": {name: " ".join(args) for name, args in variants}}
-    out("\n%7s %10s %10s %10s %14s %12s" % ("ranks", "rdzv s", "TCPStore s", "floor s",
-                                           "TCPStore/rdzv", "rdzv/floor"))
-    dat = ["# ranks rdzv_s tcpstore_s floor_s (medians)"]
+    out("\n%7s %10s %10s %16s %10s %10s %14s %12s %12s %10s" % (
+        "ranks", "librdzv s", "TCPStore s", "TCPStore/librdzv", "lean s", "floor s",
+        "TCPStore/lean", "rdzvd cpu s", "TCPStore cpu", "KiB/rank"))
+    dat = ["# ranks rdzv_s tcpstore_s floor_s librdzv_s (medians)"]
     for n in sizes:
         r, t, f = med(runs[n]["rdzv"]), med(runs[n]["tcpstore"]), med(runs[n]["floor"])
-        s = {"rdzv_s": r, "tcpstore_s": t, "floor_s": f,
+        lib = med(runs[n]["librdzv"])
+        s = {"librdzv_s": lib, "tcpstore_over_librdzv": (t / lib) if (t and lib) else None,
+             "librdzv_server_cpu_s": med(runs[n]["librdzv_cpu"]),
+             "librdzv_server_kib_per_rank": med(runs[n]["librdzv_kib"]),
+             "librdzv_over_lean": (lib / r) if (lib and r) else None,
+             "rdzv_s": r, "tcpstore_s": t, "floor_s": f,
              "tcpstore_over_rdzv": (t / r) if (t and r) else None,
              "rdzv_over_floor": (r / f) if (r and f) else None,
              "rdzv_release_p99_ms": med(runs[n]["release_p99"]),
@@ -206,15 +217,18 @@ def summarize(a, sizes, runs, variants, reps_done, quiet):
                        "tcpstore_over": (t / vmed) if (t and vmed) else None}
         summary["sizes"][str(n)] = s
         fmt = lambda x, p="%.3f": (p % x) if x is not None else "-"  # noqa: E731
-        out("%7d %10s %10s %10s %14s %12s" % (n, fmt(r), fmt(t), fmt(f),
-                                              fmt(s["tcpstore_over_rdzv"], "%.2fx"),
-                                              fmt(s["rdzv_over_floor"], "%.2fx")))
+        out("%7d %10s %10s %16s %10s %10s %14s %12s %12s %10s" % (
+            n, fmt(lib), fmt(t), fmt(s["tcpstore_over_librdzv"], "%.2fx"), fmt(r), fmt(f),
+            fmt(s["tcpstore_over_rdzv"], "%.2fx"), fmt(s["librdzv_server_cpu_s"], "%.2f"),
+            fmt(s["tcpstore_server_cpu_s"], "%.2f"),
+            fmt(s["librdzv_server_kib_per_rank"], "%.1f")))
         for name, _ in variants:
             v = s[name]
             out("%7s %-10s %.3f s, %s of rdzv's time, TCPStore/%s %s, release p99 %s ms"
                 % ("", name, v["s"] or -1, fmt(v["over_rdzv"], "%.2fx"), name,
                    fmt(v["tcpstore_over"], "%.2fx"), fmt(v["release_p99_ms"], "%.1f")))
-        dat.append("%d %s %s %s" % (n, r if r else "NaN", t if t else "NaN", f if f else "NaN"))
+        dat.append("%d %s %s %s %s" % (n, r if r else "NaN", t if t else "NaN",
+                                       f if f else "NaN", lib if lib else "NaN"))
     if not quiet:
         print(json.dumps(summary))
     if a.out:
@@ -283,13 +297,14 @@ def main():
     if not torch_ok:
         print("# TCPStore: skipped (%s)" % missing, flush=True)
     sizes = [int(x) for x in a.ranks.split(",")]
-    runs = {n: {"rdzv": [], "floor": [], "tcpstore": [], "rdzv_cpu": [], "tcpstore_cpu": [],
+    runs = {n: {"librdzv": [], "librdzv_cpu": [], "librdzv_kib": [],
+                "rdzv": [], "floor": [], "tcpstore": [], "rdzv_cpu": [], "tcpstore_cpu": [],
                 "rdzv_rss": [], "tcpstore_rss": [], "release_p99": [],
                 "variants": {name: [] for name, _ in variants}} for n in sizes}
     for rep in range(a.repeat):
         for n in sizes:
             # Alternate the order so that neither side always runs warm.
-            order = ["rdzv", "tcpstore"] + [name for name, _ in variants]
+            order = ["librdzv", "tcpstore", "rdzv"] + [name for name, _ in variants]
             if rep % 2:
                 order.reverse()
             for what in order:
@@ -302,6 +317,17 @@ def main():
                     print("rep %d N=%d %s %.3f s (release p99 %.1f ms, cpu %.2f s)%s"
                           % (rep, n, what, r["wall_seconds"], r["release_p99_ms"],
                              r["server_cpu_s"], "" if ok else "  FAILED"), flush=True)
+                elif what == "librdzv":
+                    r = run_rdzv(a, n, floor=False, simulator="librdzv")
+                    ok = r.get("ok") and r.get("assigned") == n
+                    runs[n]["librdzv"].append(r["wall_seconds"] if ok else None)
+                    runs[n]["librdzv_cpu"].append(r["server_cpu_s"])
+                    runs[n]["librdzv_kib"].append(r["server_kib_per_rank"])
+                    print("rep %d N=%d librdzv %.3f s%s (p99 %.1f ms, rdzvd cpu %.2f s, "
+                          "%.1f KiB/rank)" % (rep, n, r["wall_seconds"],
+                                              "" if ok else " FAILED %s/%d" % (r.get("assigned"), n),
+                                              r["p99_ms"], r["server_cpu_s"],
+                                              r["server_kib_per_rank"]), flush=True)
                 elif what == "rdzv":
                     r = run_rdzv(a, n)
                     # rdzvd and the floor run in one bench call; either may miss ranks.

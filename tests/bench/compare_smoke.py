@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Smoke test of compare.py (suite 'bench'): one small rotation of rdzvd,
+"""Smoke test of compare.py (suite 'bench'): one small rotation of librdzv, rdzvd,
 the floor and, where torch with the libuv TCPStore is installed, TCPStore,
 plus one --variant; checks the files it writes and that a missing torch is
 said, not a failure. TAP, no timing.
@@ -33,9 +33,10 @@ def main():
         sizes = res.get("sizes", {})
         checks.append(("--out has both sizes", sorted(sizes) == ["128", "64"], sorted(sizes)))
         for n, s in sorted(sizes.items()):
-            checks.append(("%s ranks: rdzvd and floor timed" % n,
-                           bool(s.get("rdzv_s")) and bool(s.get("floor_s")),
-                           {k: s.get(k) for k in ("rdzv_s", "floor_s")}))
+            checks.append(("%s ranks: librdzv, lean rdzvd and floor timed" % n,
+                           bool(s.get("librdzv_s")) and bool(s.get("rdzv_s"))
+                           and bool(s.get("floor_s")) and bool(s.get("librdzv_server_kib_per_rank")),
+                           {k: s.get(k) for k in ("librdzv_s", "rdzv_s", "floor_s")}))
             variant = s.get("runs", {}).get("variants", {}).get("one", [])
             checks.append(("%s ranks: the variant ran" % n,
                            len(variant) == 1 and bool(variant[0].get("seconds")), variant))
