@@ -313,7 +313,7 @@ static int s_open_bind(const s_options_t *o, char *out, size_t outlen)
 /* Half the usable CPUs (cpus.h: affinity and a cgroup CPU limit), 2 to 8
  * (main gives them twice as many I/O threads, up to the CPUs): on the
  * 16-core device 8 shards beat 4, and 16 I/O threads beat 8, at 1024, 4096
- * and 16384 ranks (docs/performance.md). With one CPU there is nothing to
+ * and 16384 ranks (docs/notes/performance-history.md). With one CPU there is nothing to
  * spread. */
 static int s_default_shards(const char *endpoint, int cpus)
 {
