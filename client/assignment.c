@@ -30,6 +30,7 @@ struct rdzv_assignment {
     int world;
     char *master_addr;
     int master_port;
+    int local_rank, local_world;    /* -1, 0: an rdzvd that does not send them */
     int *ports;
     size_t port_count;
     char *nccl_hex;             /* NULL: the group has no NCCL ID; else nccl_ids[0] */
@@ -179,6 +180,15 @@ static bool s_parse_scalars(rdzv_assignment_t *self, const cJSON *obj)
     self->world = (int) world;
     self->rank = (int) rank;
     self->master_port = (int) port;
+    /* Optional: rdzvd sends them since assignments stopped carrying the
+     * members list by default; older ones did not. */
+    int64_t local_rank = -1, local_world = 0;
+    if (cJSON_GetObjectItemCaseSensitive(obj, "local_world_size")
+        && (!s_field_int(obj, "local_world_size", 1, world, &local_world)
+            || !s_field_int(obj, "local_rank", 0, local_world - 1, &local_rank)))
+        return false;
+    self->local_rank = (int) local_rank;
+    self->local_world = (int) local_world;
     return true;
 }
 
@@ -252,6 +262,16 @@ RDZV_EXPORT int rdzv_assignment_world(const rdzv_assignment_t *self)
 RDZV_EXPORT const char *rdzv_assignment_master_addr(const rdzv_assignment_t *self)
 {
     return self ? self->master_addr : NULL;
+}
+
+RDZV_EXPORT int rdzv_assignment_local_rank(const rdzv_assignment_t *self)
+{
+    return self ? self->local_rank : -1;
+}
+
+RDZV_EXPORT int rdzv_assignment_local_world_size(const rdzv_assignment_t *self)
+{
+    return self ? self->local_world : 0;
 }
 
 RDZV_EXPORT int rdzv_assignment_master_port(const rdzv_assignment_t *self)
@@ -331,6 +351,9 @@ static void s_write_env(const rdzv_assignment_t *self, FILE *f)
     for (size_t i = 0; i < self->nccl_count; i++)
         fprintf(f, "%s%s", i ? "," : "", self->nccl_ids[i]);
     fputc('\n', f);
+    if (self->local_world > 0)
+        fprintf(f, "RDZV_LOCAL_RANK=%d\nRDZV_LOCAL_WORLD_SIZE=%d\n", self->local_rank,
+                self->local_world);
     fprintf(f, "MASTER_ADDR=%s\nMASTER_PORT=%d\nRANK=%d\nWORLD_SIZE=%d\n",
             self->master_addr, self->master_port, self->rank, self->world);
     fprintf(f, "VLLM_PORT=%d\nVLLM_DP_RANK=%d\nVLLM_DP_SIZE=%d\n",

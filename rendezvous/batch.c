@@ -57,7 +57,8 @@ void rdzv_batch_reply(rdzv_batch_t *self, const rdzv_peer_t *peer, char *text)
 }
 
 void rdzv_batch_reply_assignment(rdzv_batch_t *self, const rdzv_peer_t *peer,
-                                 rdzv_shared_t *shared, int rank, int first_port, int ports)
+                                 rdzv_shared_t *shared, int rank, int first_port, int ports,
+                                 int local_rank, int local_world)
 {
     rdzv_reply_t *slot = shared ? s_slot(self, peer) : NULL;
     if (!slot)
@@ -68,6 +69,8 @@ void rdzv_batch_reply_assignment(rdzv_batch_t *self, const rdzv_peer_t *peer,
     slot->rank = rank;
     slot->first_port = first_port;
     slot->ports = ports;
+    slot->local_rank = local_rank;
+    slot->local_world = local_world;
 }
 
 void rdzv_batch_error(rdzv_batch_t *self, const rdzv_peer_t *peer, const char *code,

@@ -48,7 +48,8 @@ int rdzv_batch_record_applied(rdzv_batch_t *self, cJSON *record);
 void rdzv_batch_reply(rdzv_batch_t *self, const rdzv_peer_t *peer, char *text);
 /* Queues an assignment by its parts; takes a reference to shared. */
 void rdzv_batch_reply_assignment(rdzv_batch_t *self, const rdzv_peer_t *peer,
-                                 rdzv_shared_t *shared, int rank, int first_port, int ports);
+                                 rdzv_shared_t *shared, int rank, int first_port, int ports,
+                                 int local_rank, int local_world);
 /* Queues an error reply, counted and logged by its code. */
 void rdzv_batch_error(rdzv_batch_t *self, const rdzv_peer_t *peer, const char *code,
                       const char *fmt, ...) __attribute__((format(printf, 4, 5)));

@@ -78,10 +78,53 @@ rdzv_shared_t *rdzv_group_shared(const rdzv_state_t *st, rdzv_group_t *g, bool w
     return *slot;
 }
 
+/* An open-addressing set of a group's nodes, by their plans entry. */
+typedef struct {
+    const void *node;
+    int count, next;
+} s_node_slot_t;
+
+int *rdzv_group_local_ranks(const rdzv_group_t *g)
+{
+    size_t cap = 16;
+    while (cap < (size_t) g->world * 2)
+        cap *= 2;
+    int *local = malloc((size_t) g->world * 2 * sizeof *local);
+    s_node_slot_t *t = calloc(cap, sizeof *t);
+    int *slot_of = malloc((size_t) g->world * sizeof *slot_of);
+    if (!local || !t || !slot_of) {
+        free(local);
+        free(t);
+        free(slot_of);
+        return NULL;
+    }
+    for (int r = 0; r < g->world; r++) {
+        const rdzv_member_t *m = rdzv_group_at(g, r);
+        const void *key = m ? (const void *) m->plan_node : NULL;
+        size_t i = ((uintptr_t) key >> 4) * 0x9E3779B97F4A7C15ull & (cap - 1);
+        while (t[i].count && t[i].node != key)
+            i = (i + 1) & (cap - 1);
+        t[i].node = key;
+        local[2 * r] = t[i].count++;
+        slot_of[r] = (int) i;
+    }
+    for (int r = 0; r < g->world; r++)
+        local[2 * r + 1] = t[slot_of[r]].count;
+    free(t);
+    free(slot_of);
+    return local;
+}
+
 char *rdzv_assignment_text(const rdzv_state_t *st, rdzv_group_t *g, int rank, int64_t req_id,
                            bool with_members)
 {
+    int *local = rdzv_group_local_ranks(g);
+    if (!local)
+        return NULL;
+    int local_rank = local[2 * rank], local_world = local[2 * rank + 1];
+    free(local);
     rdzv_reply_t reply = { .peer.req = req_id, .rank = rank,
+                           .local_rank = local_rank, .local_world = local_world,
                            .shared = rdzv_shared_ref(rdzv_group_shared(st, g, with_members)),
                            .first_port = s_port_start(st, g, rank),
                            .ports = rdzv_plans_ports_per_rank(st->plans) };

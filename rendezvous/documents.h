@@ -29,6 +29,10 @@ cJSON *rdzv_group_overlaps(const rdzv_state_t *st, const rdzv_group_t *g);
  * the count. NULL out of memory. */
 #define RDZV_STATUS_MISSING_MAX 64
 cJSON *rdzv_group_missing(const rdzv_group_t *g, int max);
+/* Each rank's place among the ranks of its node (the members with one
+ * plan_node): local[2r] its index in rank order, local[2r + 1] how many the
+ * node has. One pass over the members; malloc'd, NULL out of memory. */
+int *rdzv_group_local_ranks(const rdzv_group_t *g);
 /* The timeout reply to a join of g that waited in vain: how many ranks
  * joined, and which are missing (the first 8 in the message, the first
  * RDZV_STATUS_MISSING_MAX in "missing"); malloc'd, NULL out of memory. */

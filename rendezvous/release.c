@@ -157,7 +157,7 @@ static int s_make_nccl_ids(rdzv_batch_t *self, rdzv_group_t *g, cJSON **ids)
 /* Queues rank's assignment by its parts; the shard that sends it formats
  * it (reply.c). Per rank only the rank and its ports differ. */
 static void s_reply_assignment(rdzv_batch_t *self, rdzv_group_t *g, int rank, int start,
-                               const rdzv_peer_t *peer, bool with_members)
+                               const int *local, const rdzv_peer_t *peer, bool with_members)
 {
     rdzv_shared_t *shared = rdzv_group_shared(self->state, g, with_members);
     if (!shared) {
@@ -165,7 +165,8 @@ static void s_reply_assignment(rdzv_batch_t *self, rdzv_group_t *g, int rank, in
         return;
     }
     rdzv_batch_reply_assignment(self, peer, shared, rank, start,
-                                rdzv_plans_ports_per_rank(self->state->plans));
+                                rdzv_plans_ports_per_rank(self->state->plans),
+                                local[2 * rank], local[2 * rank + 1]);
 }
 
 
@@ -206,13 +207,18 @@ void rdzv_release_answer(rdzv_batch_t *self)
     int *starts = self->releasing.starts;
     if (!g)
         return;
+    int *local = rdzv_group_local_ranks(g);
     for (int r = 0; r < g->world; r++) {
         s_prefetch_member(g, r);
         rdzv_member_t *m = rdzv_group_at(g, r);
         if (!m->waiting)
             continue;
         m->waiting = false;
-        s_reply_assignment(self, g, r, starts[r], &m->peer, m->want_members);
+        if (!local) {
+            rdzv_batch_error(self, &m->peer, RDZV_E_INTERNAL, "out of memory");
+            continue;
+        }
+        s_reply_assignment(self, g, r, starts[r], local, &m->peer, m->want_members);
         self->metrics->assignments++;
         rdzv_histogram_observe(&self->metrics->join_latency,
                                (double) (self->now_ms - m->joined_at_ms) / 1000.0);
@@ -220,6 +226,7 @@ void rdzv_release_answer(rdzv_batch_t *self)
     g->waiting = 0;
     self->released += g->world;
     free(starts);
+    free(local);
     if (g->world >= RDZV_TRACE_MIN) {
         RDZV_TRACE("release_start", -1, self->releasing.t_start, g->world);
         RDZV_TRACE("laid_out", -1, self->releasing.t_laid, g->world);

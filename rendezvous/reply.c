@@ -97,7 +97,7 @@ int rdzv_reply_render(rdzv_reply_t *reply)
 {
     if (reply->text || !reply->shared)
         return 0;
-    size_t cap = reply->shared->len + 128 + (size_t) reply->ports * 12;
+    size_t cap = reply->shared->len + 192 + (size_t) reply->ports * 12;
     char *text = malloc(cap);
     if (!text)
         return -1;
@@ -105,6 +105,10 @@ int rdzv_reply_render(rdzv_reply_t *reply)
     p = rdzv_put_i64(p, reply->peer.req);
     p = S_PUT(p, ",\"ok\":true,\"assignment\":{\"rank\":");
     p = rdzv_put_int(p, reply->rank);
+    p = S_PUT(p, ",\"local_rank\":");
+    p = rdzv_put_int(p, reply->local_rank);
+    p = S_PUT(p, ",\"local_world_size\":");
+    p = rdzv_put_int(p, reply->local_world);
     p = S_PUT(p, ",\"ports\":[");
     rdzv_decimal_t d;
     rdzv_decimal_set(&d, reply->first_port);

@@ -57,6 +57,7 @@ typedef struct {
     char *text;                  /* malloc'd JSON; NULL for an assignment not yet formatted */
     rdzv_shared_t *shared;       /* that assignment's parts */
     int rank, first_port, ports;
+    int local_rank, local_world;  /* among the group's ranks of this rank's node */
     rdzv_peer_t peer;
 } rdzv_reply_t;
 

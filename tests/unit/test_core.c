@@ -162,6 +162,28 @@ START_TEST(test_barrier_and_assignment)
 }
 END_TEST
 
+/* Every assignment says where its rank stands on its node, O(1) in the
+ * world: the release and a later resume agree. */
+START_TEST(test_local_ranks)
+{
+    static const char *const nodes[] = { "n0", "n1", "n0", "n0" };
+    static const int want_rank[] = { 0, 0, 1, 2 }, want_world[] = { 3, 1, 3, 3 };
+    for (int r = 0; r < 4; r++)
+        s_join(r, "g", 4, r, nodes[r], r == 1 ? "b" : "s");
+    for (int pass = 0; pass < 2; pass++) {
+        for (int r = 0; r < 4; r++) {
+            const cJSON *a = s_assignment(r);
+            ck_assert_int_eq(s_field(a, "local_rank"), want_rank[r]);
+            ck_assert_int_eq(s_field(a, "local_world_size"), want_world[r]);
+        }
+        s_clear_replies();
+        for (int r = 0; r < 4; r++)          /* resumes: the same answers */
+            s_join(r, "g", 4, r, nodes[r], r == 1 ? "b" : "s");
+    }
+    s_clear_replies();
+}
+END_TEST
+
 START_TEST(test_plans_do_not_depend_on_join_order)
 {
     static const int order[] = { 3, 1, 0, 2 };
@@ -1176,6 +1198,7 @@ int main(void)
     tcase_add_test(tc, test_resume_same_session);
     tcase_add_test(tc, test_restart_moves_epoch);
     tcase_add_test(tc, test_rank_taken_by_a_live_holder);
+    tcase_add_test(tc, test_local_ranks);
     tcase_add_test(tc, test_resize_once_the_old_world_is_gone);
     tcase_add_test(tc, test_rank_taken_while_forming);
     tcase_add_test(tc, test_state_survives_restart);
