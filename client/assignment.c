@@ -183,8 +183,8 @@ static bool s_parse_scalars(rdzv_assignment_t *self, const cJSON *obj)
     /* Optional: rdzvd sends them since assignments stopped carrying the
      * members list by default; older ones did not. */
     int64_t local_rank = -1, local_world = 0;
-    if (cJSON_GetObjectItemCaseSensitive(obj, "local_world_size")
-        && (!s_field_int(obj, "local_world_size", 1, world, &local_world)
+    if (cJSON_GetObjectItemCaseSensitive(obj, "local_world")
+        && (!s_field_int(obj, "local_world", 1, world, &local_world)
             || !s_field_int(obj, "local_rank", 0, local_world - 1, &local_rank)))
         return false;
     self->local_rank = (int) local_rank;
@@ -269,7 +269,7 @@ RDZV_EXPORT int rdzv_assignment_local_rank(const rdzv_assignment_t *self)
     return self ? self->local_rank : -1;
 }
 
-RDZV_EXPORT int rdzv_assignment_local_world_size(const rdzv_assignment_t *self)
+RDZV_EXPORT int rdzv_assignment_local_world(const rdzv_assignment_t *self)
 {
     return self ? self->local_world : 0;
 }
@@ -352,7 +352,7 @@ static void s_write_env(const rdzv_assignment_t *self, FILE *f)
         fprintf(f, "%s%s", i ? "," : "", self->nccl_ids[i]);
     fputc('\n', f);
     if (self->local_world > 0)
-        fprintf(f, "RDZV_LOCAL_RANK=%d\nRDZV_LOCAL_WORLD_SIZE=%d\n", self->local_rank,
+        fprintf(f, "RDZV_LOCAL_RANK=%d\nRDZV_LOCAL_WORLD=%d\n", self->local_rank,
                 self->local_world);
     fprintf(f, "MASTER_ADDR=%s\nMASTER_PORT=%d\nRANK=%d\nWORLD_SIZE=%d\n",
             self->master_addr, self->master_port, self->rank, self->world);

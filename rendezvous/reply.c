@@ -107,7 +107,7 @@ int rdzv_reply_render(rdzv_reply_t *reply)
     p = rdzv_put_int(p, reply->rank);
     p = S_PUT(p, ",\"local_rank\":");
     p = rdzv_put_int(p, reply->local_rank);
-    p = S_PUT(p, ",\"local_world_size\":");
+    p = S_PUT(p, ",\"local_world\":");
     p = rdzv_put_int(p, reply->local_world);
     p = S_PUT(p, ",\"ports\":[");
     rdzv_decimal_t d;

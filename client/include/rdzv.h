@@ -176,7 +176,7 @@ const char *rdzv_assignment_nccl_id_hex_at(const rdzv_assignment_t *self, size_t
  * a rank needs of the roster to start. -1 and 0 from an rdzvd too old to
  * send them. */
 int rdzv_assignment_local_rank(const rdzv_assignment_t *self);
-int rdzv_assignment_local_world_size(const rdzv_assignment_t *self);
+int rdzv_assignment_local_world(const rdzv_assignment_t *self);
 /* The members list (every rank's host and node): only in an assignment
  * asked for with it (rdzv_client_set_members); count 0 otherwise. */
 size_t rdzv_assignment_member_count(const rdzv_assignment_t *self);

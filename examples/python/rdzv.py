@@ -92,7 +92,7 @@ _OPTIONAL = {
     "rdzv_assignment_nccl_id_hex_at": (ctypes.c_char_p, [_c, ctypes.c_size_t]),
     "rdzv_client_set_members": (ctypes.c_int, [_c, ctypes.c_bool]),
     "rdzv_assignment_local_rank": (ctypes.c_int, [_c]),
-    "rdzv_assignment_local_world_size": (ctypes.c_int, [_c]),
+    "rdzv_assignment_local_world": (ctypes.c_int, [_c]),
 }
 
 _lib = None
@@ -164,7 +164,7 @@ class Assignment:
         # Where this rank stands among its node's ranks (-1, 0: unknown).
         has_local = hasattr(lib, "rdzv_assignment_local_rank")
         self.local_rank = lib.rdzv_assignment_local_rank(a) if has_local else -1
-        self.local_world_size = lib.rdzv_assignment_local_world_size(a) if has_local else 0
+        self.local_world = lib.rdzv_assignment_local_world(a) if has_local else 0
         self.members = [(_s(lib.rdzv_assignment_member_host(a, i)),
                          _s(lib.rdzv_assignment_member_node(a, i)))
                         for i in range(lib.rdzv_assignment_member_count(a))]

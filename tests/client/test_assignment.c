@@ -13,7 +13,7 @@
 /* Rank 1 of 2; members deliberately out of rank order. */
 #define S_VALID_FMT \
     "{\"group\":\"llm\",\"epoch\":3,\"rank\":1,\"world\":2," \
-    "\"local_rank\":0,\"local_world_size\":1," \
+    "\"local_rank\":0,\"local_world\":1," \
     "\"master_addr\":\"10.0.0.11\",\"master_port\":19500," \
     "\"ports\":[19532,19533,19534],\"nccl_unique_id\":\"%s\"," \
     "\"members\":[{\"rank\":1,\"host\":\"10.0.0.12\",\"node\":\"pod-1\"}," \
@@ -53,7 +53,7 @@ START_TEST(test_valid_getters)
     ck_assert_str_eq(rdzv_assignment_master_addr(a), "10.0.0.11");
     ck_assert_int_eq(rdzv_assignment_master_port(a), 19500);
     ck_assert_int_eq(rdzv_assignment_local_rank(a), 0);
-    ck_assert_int_eq(rdzv_assignment_local_world_size(a), 1);
+    ck_assert_int_eq(rdzv_assignment_local_world(a), 1);
     ck_assert_uint_eq(rdzv_assignment_port_count(a), 3);
     ck_assert_int_eq(rdzv_assignment_port(a, 0), 19532);
     ck_assert_int_eq(rdzv_assignment_port(a, 2), 19534);
@@ -138,7 +138,7 @@ static const s_bad_t s_bad[] = {
     { "nccl_unique_id", NULL }, { "nccl_unique_id", "\"abc\"" },
     { "nccl_unique_id", "5" }, { "nccl_unique_id", "false" },
     { "members", "[]" }, { "members", "{}" },
-    { "local_world_size", "0" }, { "local_world_size", "3" }, { "local_rank", "1" },
+    { "local_world", "0" }, { "local_world", "3" }, { "local_rank", "1" },
     { "local_rank", NULL },
     { "members", "[{\"rank\":0,\"host\":\"h\",\"node\":\"n\"}]" },
     { "members", "[{\"rank\":0,\"host\":\"h\",\"node\":\"n\"},"
@@ -181,7 +181,7 @@ START_TEST(test_env_lines)
              "RDZV_MASTER_ADDR=10.0.0.11\nRDZV_MASTER_PORT=19500\n"
              "RDZV_PORTS=19532,19533,19534\nRDZV_NCCL_UNIQUE_ID=%s\n"
              "RDZV_NCCL_UNIQUE_IDS=%s\n"
-             "RDZV_LOCAL_RANK=0\nRDZV_LOCAL_WORLD_SIZE=1\n"
+             "RDZV_LOCAL_RANK=0\nRDZV_LOCAL_WORLD=1\n"
              "MASTER_ADDR=10.0.0.11\nMASTER_PORT=19500\nRANK=1\nWORLD_SIZE=2\n"
              "VLLM_PORT=19532\nVLLM_DP_RANK=1\nVLLM_DP_SIZE=2\n"
              "VLLM_DP_MASTER_IP=10.0.0.11\nVLLM_DP_MASTER_PORT=19500\n", s_nccl, s_nccl);

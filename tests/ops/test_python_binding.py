@@ -63,8 +63,8 @@ def two_ranks_join_from_threads(srv):
     assert len(a0.ports) == len(a1.ports) == 32
     assert not set(a0.ports) & set(a1.ports), "one node: plans must be disjoint"
     assert a0.members == [], "no members list unless asked for"
-    assert (a0.local_rank, a1.local_rank, a0.local_world_size) == (0, 1, 2), \
-        (a0.local_rank, a1.local_rank, a0.local_world_size)
+    assert (a0.local_rank, a1.local_rank, a0.local_world) == (0, 1, 2), \
+        (a0.local_rank, a1.local_rank, a0.local_world)
     got = join_all(srv.endpoint, "py-members", 2, host="127.0.0.1", node="n", members=True)
     assert got[0].members == [("127.0.0.1", "n"), ("127.0.0.1", "n")], got[0].members
     assert a0.nccl_id_hex is None and a0.nccl_id is None and a0.nccl_ids_hex == []

@@ -174,7 +174,7 @@ START_TEST(test_local_ranks)
         for (int r = 0; r < 4; r++) {
             const cJSON *a = s_assignment(r);
             ck_assert_int_eq(s_field(a, "local_rank"), want_rank[r]);
-            ck_assert_int_eq(s_field(a, "local_world_size"), want_world[r]);
+            ck_assert_int_eq(s_field(a, "local_world"), want_world[r]);
         }
         s_clear_replies();
         for (int r = 0; r < 4; r++)          /* resumes: the same answers */
