@@ -127,6 +127,8 @@ static void *s_rank_main(void *arg)
         r->err[0] = '\0';
         /* A fresh session each round: the process "restarted". */
         rdzv_client_t *c = rdzv_client_new(s_endpoint, NULL, r->err, sizeof r->err);
+        /* The members list too: every rank must get the same one. */
+        rdzv_client_set_members(c, true);
         rdzv_join_args_t args = { .group = "storm", .world = s_ranks, .rank = r->rank,
                                   .host = host, .node = node, .timeout_ms = s_timeout * 1000,
                                   .nccl_id = "none" };
@@ -151,6 +153,8 @@ static char *s_shared_fields(const char *json)
     if (!a)
         return NULL;
     cJSON_DeleteItemFromObject(a, "rank");
+    cJSON_DeleteItemFromObject(a, "local_rank");     /* a rank's own, like its ports */
+    cJSON_DeleteItemFromObject(a, "local_world");
     cJSON_DeleteItemFromObject(a, "ports");
     cJSON_DeleteItemFromObject(a, "port_range");
     char *text = cJSON_PrintUnformatted(a);
