@@ -126,24 +126,33 @@ static int s_write_env_file(s_agent_t *self, const rdzv_assignment_t *a)
     return rc;
 }
 
-/* A live socket already on a port the agent just reserved beside it (the
+/* A live socket already on a port the agent reserved beside it (the
  * kernel lets sockets of one uid share a port with SO_REUSEPORT): only
  * this rank's own engine, left running by an agent that died, may keep it;
- * anyone else's listener would take part of the connections. 0, or -1
- * with the reason in err. */
-static int s_check_beside(const s_agent_t *self, int port, char *err, size_t errlen)
+ * anyone else's listener would take part of the connections. Every plan
+ * port at once: /proc/net/tcp is read once. 0, or -1 with the reason in
+ * err. */
+static int s_check_beside(const s_agent_t *self, char *err, size_t errlen)
 {
-    rdzv_port_holders_t st;
-    if (rdzv_port_holders(port, &st) < 0 || !st.listening
-        || strcmp(st.agent_socket, self->opts.socket_path) == 0)
+    rdzv_port_holders_t *st = calloc(self->nplan + 1, sizeof *st);
+    if (!st || rdzv_port_holders_many(self->plan, self->nplan, st) < 0) {
+        free(st);
         return 0;
-    char holder[256];
-    rdzv_port_holders_name(&st, port, holder, sizeof holder);
-    snprintf(err, errlen, "port %d is held by %s, which is not this agent's engine "
-             "(RDZV_AGENT_SOCKET %s): a reservation beside it would split its connections. "
-             "Stop that process, or give its group other ports", port, holder,
-             *st.agent_socket ? st.agent_socket : "unset");
-    return -1;
+    }
+    int rc = 0;
+    for (size_t i = 0; i < self->nplan && rc == 0; i++) {
+        if (!st[i].listening || strcmp(st[i].agent_socket, self->opts.socket_path) == 0)
+            continue;
+        char holder[256];
+        rdzv_port_holders_name(&st[i], self->plan[i], holder, sizeof holder);
+        snprintf(err, errlen, "port %d is held by %s, which is not this agent's engine "
+                 "(RDZV_AGENT_SOCKET %s): a reservation beside it would split its "
+                 "connections. Stop that process, or give its group other ports",
+                 self->plan[i], holder, *st[i].agent_socket ? st[i].agent_socket : "unset");
+        rc = -1;
+    }
+    free(st);
+    return rc;
 }
 
 /* Why port cannot be reserved now: 0 if only TIME_WAIT stands in the way
@@ -207,14 +216,8 @@ static int s_reserve_plan(s_agent_t *self, const rdzv_assignment_t *a)
             int bind_errno = 0, port = self->plan[i];
             self->reservations[i] = rdzv_reserve_port(port, &self->locks[i], &bind_errno, err,
                                                       sizeof err);
-            if (self->reservations[i] >= 0) {
-                if (s_check_beside(self, port, err, sizeof err) == 0)
-                    continue;
-                close(self->reservations[i]);
-                close(self->locks[i]);
-                self->reservations[i] = self->locks[i] = -1;
-                return s_fatal(self, 1, err), -1;
-            }
+            if (self->reservations[i] >= 0)
+                continue;
             int port_tw = 0;
             if (bind_errno != EADDRINUSE || s_why_in_use(port, &port_tw, err, sizeof err) < 0)
                 return s_fatal(self, 1, err), -1;
@@ -225,7 +228,7 @@ static int s_reserve_plan(s_agent_t *self, const rdzv_assignment_t *a)
             nwait++;
         }
         if (!nwait)
-            return 0;
+            return s_check_beside(self, err, sizeof err) == 0 ? 0 : (s_fatal(self, 1, err), -1);
         int64_t now = rdzv_now_ms();
         if (now - start >= (int64_t) self->opts.reserve_wait_s * 1000) {
             snprintf(err, sizeof err, "cannot reserve port%s %s: still in use after "

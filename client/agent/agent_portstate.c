@@ -32,7 +32,8 @@ bool rdzv_port_holders_parse_line(const char *line, int *port, int *state, unsig
     return true;
 }
 
-static void s_scan(const char *path, int port, rdzv_port_holders_t *out, bool *read_one)
+static void s_scan(const char *path, const int *ports, size_t n, rdzv_port_holders_t *outs,
+                   bool *read_one)
 {
     FILE *f = fopen(path, "r");
     if (!f)
@@ -42,8 +43,14 @@ static void s_scan(const char *path, int port, rdzv_port_holders_t *out, bool *r
     while (fgets(line, sizeof line, f)) {
         int p, st;
         unsigned long ino;
-        if (!rdzv_port_holders_parse_line(line, &p, &st, &ino) || p != port)
+        if (!rdzv_port_holders_parse_line(line, &p, &st, &ino))
             continue;
+        size_t k = 0;
+        while (k < n && ports[k] != p)
+            k++;
+        if (k == n)
+            continue;
+        rdzv_port_holders_t *out = &outs[k];
         if (st == S_TIME_WAIT) {
             out->time_wait++;
             continue;
@@ -141,18 +148,26 @@ static void s_find_holder(rdzv_port_holders_t *out)
     closedir(d);
 }
 
-int rdzv_port_holders(int port, rdzv_port_holders_t *out)
+int rdzv_port_holders_many(const int *ports, size_t n, rdzv_port_holders_t *out)
 {
-    memset(out, 0, sizeof *out);
-    out->state = "";
+    for (size_t k = 0; k < n; k++) {
+        memset(&out[k], 0, sizeof out[k]);
+        out[k].state = "";
+    }
     bool read_one = false;
-    s_scan("/proc/net/tcp", port, out, &read_one);
-    s_scan("/proc/net/tcp6", port, out, &read_one);
+    s_scan("/proc/net/tcp", ports, n, out, &read_one);
+    s_scan("/proc/net/tcp6", ports, n, out, &read_one);
     if (!read_one)
         return -1;
-    if (out->inode)
-        s_find_holder(out);
+    for (size_t k = 0; k < n; k++)
+        if (out[k].inode)
+            s_find_holder(&out[k]);
     return 0;
+}
+
+int rdzv_port_holders(int port, rdzv_port_holders_t *out)
+{
+    return rdzv_port_holders_many(&port, 1, out);
 }
 
 void rdzv_port_holders_name(const rdzv_port_holders_t *st, int port, char *buf, size_t len)

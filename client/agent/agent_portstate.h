@@ -24,6 +24,9 @@ typedef struct {
 /* Fills out for port (a listener preferred as the one named). 0, or -1 if
  * /proc/net/tcp cannot be read. */
 int rdzv_port_holders(int port, rdzv_port_holders_t *out);
+/* The same for n ports at once, out[i] for ports[i], reading each file
+ * once (a plan's 32 ports cost one pass, not 32). 0 or -1. */
+int rdzv_port_holders_many(const int *ports, size_t n, rdzv_port_holders_t *out);
 /* Names the live socket st found on port: "a LISTEN socket of pid 123
  * (python3)", or how to find a holder this uid cannot see. */
 void rdzv_port_holders_name(const rdzv_port_holders_t *st, int port, char *buf, size_t len);
