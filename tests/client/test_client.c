@@ -520,6 +520,8 @@ static Suite *s_suite(void)
     tcase_add_test(tc, test_request_timeout);
     suite_add_tcase(s, tc);
     tc = tcase_create("client_new");
+    /* 1100 clients at once: slow under the sanitizers. */
+    tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_client_session);
     tcase_add_test(tc, test_clients_share_one_context);
     tcase_add_test(tc, test_client_bad_endpoint);
