@@ -50,10 +50,13 @@ void rdzv_conns_destroy(rdzv_conns_t *self)
     self->len = self->cap = self->suspects = 0;
 }
 
-static rdzv_conn_watch_t *s_find(rdzv_conns_t *self, int fd)
+/* The entry for fd that is shut (or not). A number can have both: a
+ * connection shut down whose close libzmq has not reported yet, and the
+ * new connection that got its number since. */
+static rdzv_conn_watch_t *s_find(rdzv_conns_t *self, int fd, bool shut)
 {
     for (size_t i = 0; i < self->len; i++)
-        if (self->v[i].fd == fd)
+        if (self->v[i].fd == fd && self->v[i].shut == shut)
             return &self->v[i];
     return NULL;
 }
@@ -95,13 +98,14 @@ static void s_shut(rdzv_conns_t *self, rdzv_conn_watch_t *w, rdzv_peer_drop_t wh
 void rdzv_conns_suspect(rdzv_conns_t *self, int fd, int64_t now_ms)
 {
     struct stat st;
-    if (fd < 3 || s_find(self, fd) || fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+    if (fd < 3 || s_find(self, fd, false) || fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
         return;
     rdzv_conn_watch_t *w = s_add(self, fd);
     if (!w)
         return;
     w->ino = (unsigned long) st.st_ino;
     w->since_ms = now_ms;
+    w->due_ms = now_ms + RDZV_CONNS_SLOW_MS;
     self->suspects++;
 }
 
@@ -110,7 +114,7 @@ long rdzv_conns_check(rdzv_conns_t *self, int64_t now_ms)
     long next = -1;
     for (size_t i = 0; self->suspects && i < self->len;) {
         rdzv_conn_watch_t *w = &self->v[i];
-        int64_t due = w->since_ms + RDZV_CONNS_SLOW_MS;
+        int64_t due = w->due_ms;
         if (w->shut) {
             i++;
             continue;
@@ -125,10 +129,14 @@ long rdzv_conns_check(rdzv_conns_t *self, int64_t now_ms)
          * by now), and still not reading. */
         struct stat st;
         int outq = 0;
-        if (fstat(w->fd, &st) == 0 && (unsigned long) st.st_ino == w->ino
-            && ioctl(w->fd, SIOCOUTQ, &outq) == 0 && outq >= S_SLOW_OUTQ) {
+        bool same = fstat(w->fd, &st) == 0 && (unsigned long) st.st_ino == w->ino;
+        if (same && ioctl(w->fd, SIOCOUTQ, &outq) == 0 && outq >= S_SLOW_OUTQ) {
             s_shut(self, w, RDZV_PEER_DROP_SLOW_READER);
             i++;                     /* shut, or forgotten: v[i] is another now */
+        } else if (same && now_ms - w->since_ms < RDZV_CONNS_SUSPECT_MS) {
+            w->due_ms = now_ms + RDZV_CONNS_SLOW_MS;   /* look again */
+            next = next < 0 || RDZV_CONNS_SLOW_MS < next ? RDZV_CONNS_SLOW_MS : next;
+            i++;
         } else {
             s_forget(self, w);       /* v[i] is the last one now */
         }
@@ -194,8 +202,12 @@ static void s_log_refused(rdzv_conns_t *self, int fd, int64_t now)
 static void s_on_accepted(rdzv_conns_t *self, int fd, int64_t now)
 {
     s_remember(self, fd);
-    rdzv_conn_watch_t *stale = s_find(self, fd);
-    if (stale)                       /* its close was not reported: a new one now */
+    /* A suspect on this number is stale if its socket is not this one (its
+     * close went unseen). It may well be this one: a peer's requests, and
+     * its overflow, can come before the monitor reports its accept. */
+    rdzv_conn_watch_t *stale = s_find(self, fd, false);
+    struct stat st;
+    if (stale && (fstat(fd, &st) < 0 || (unsigned long) st.st_ino != stale->ino))
         s_forget(self, stale);
     long live = rdzv_core_connections_add(self->core, 1);
     if (live <= self->max)
@@ -235,7 +247,10 @@ static void s_on_event(rdzv_conns_t *self, uint16_t event, int32_t value, int64_
         rdzv_core_connections_add(self->core, -1);
         if (self->refused_pending > 0)
             s_log_refused(self, value, now);
-        rdzv_conn_watch_t *w = s_find(self, value);
+        /* The shut one first: a live suspect may have its number now. */
+        rdzv_conn_watch_t *w = s_find(self, value, true);
+        if (!w)
+            w = s_find(self, value, false);
         if (w && w->shut)
             rdzv_core_count_peer_dropped(self->core, w->why);
         if (w)

@@ -20,7 +20,7 @@ typedef struct {
     bool shut;
     rdzv_peer_drop_t why;
     unsigned long ino;           /* the socket's inode: the same connection later */
-    int64_t since_ms;
+    int64_t since_ms, due_ms;
 } rdzv_conn_watch_t;
 
 /* Where a recent connection came from: a refused handshake is reported by
@@ -53,12 +53,15 @@ void rdzv_conns_destroy(rdzv_conns_t *self);
 /* Takes the events waiting on self->monitor (poll it for POLLIN). */
 void rdzv_conns_on_events(rdzv_conns_t *self, int64_t now_ms);
 /* The queue of replies of the connection on fd just overflowed: that
- * connection is dropped if, RDZV_CONNS_SLOW_MS later, it still leaves
- * bytes unread on the wire. */
+ * connection is dropped once it is seen leaving bytes unread on the wire,
+ * checked every RDZV_CONNS_SLOW_MS for RDZV_CONNS_SUSPECT_MS (libzmq's I/O
+ * thread may take a while to put the queue on the wire: under load the
+ * kernel's queue is not full at the first look). */
 void rdzv_conns_suspect(rdzv_conns_t *self, int fd, int64_t now_ms);
 /* Checks the suspects due; returns ms until the next is due, -1 if none. */
 long rdzv_conns_check(rdzv_conns_t *self, int64_t now_ms);
 
 #define RDZV_CONNS_SLOW_MS 250
+#define RDZV_CONNS_SUSPECT_MS 10000
 
 #endif

@@ -227,8 +227,21 @@ def case_slow_readers(opts):
         TAP.ok(rc == 0 and dt < 1.0, "meanwhile a status is answered in %.0f ms" % (dt * 1000))
         # Each reader's connection is closed: rdzvd holds no descriptor of
         # them (the kernel still tries to deliver what was sent, on its own).
-        wait_for(lambda: dropped("rdzv_peers_dropped_total") >= len(held),
-                 "the readers' connections closed", timeout=20)
+        try:
+            wait_for(lambda: dropped("rdzv_peers_dropped_total") >= len(held),
+                     "the readers' connections closed", timeout=20)
+        except Fail:
+            # Which connections rdzvd still holds, and what they leave unsent.
+            print("# %d dropped; rdzvd's connections:\n# %s" % (
+                dropped("rdzv_peers_dropped_total"), subprocess.run(
+                    ["ss", "-tanp", "sport = :%d" % tcp_addr(srv.endpoint)[1]],
+                    capture_output=True, text=True).stdout.replace("\n", "\n# ")))
+            raise
+        # (The last /metrics scrape's connection may still be closing.)
+        try:
+            wait_for(lambda: srv.fd_count() <= fds0, "rdzvd's descriptors back", timeout=10)
+        except Fail:
+            pass
         fds = srv.fd_count()
         peers_dropped = dropped("rdzv_peers_dropped_total")
         TAP.ok(peers_dropped == len(held) and fds <= fds0,
