@@ -80,9 +80,10 @@ static void s_table(const char *json)
         const cJSON *joined = cJSON_GetObjectItemCaseSensitive(g, "joined");
         char age[24] = "-", missing[128];
         int age_s = s_num(g, "age_s");
-        if (age_s >= 0)
-            snprintf(age, sizeof age, age_s < 3600 ? "%ds" : "%dh%02dm",
-                     age_s < 3600 ? age_s : age_s / 3600, (age_s % 3600) / 60);
+        if (age_s >= 3600)
+            snprintf(age, sizeof age, "%dh%02dm", age_s / 3600, (age_s % 3600) / 60);
+        else if (age_s >= 0)
+            snprintf(age, sizeof age, "%ds", age_s);
         s_missing(g, missing, sizeof missing);
         printf("%-20s %7d %7d %6d %-8s %-30s %s\n",
                cJSON_IsString(name) ? name->valuestring : "?", s_num(g, "world"),
