@@ -3,6 +3,7 @@
  * port plan or master address. */
 #include "assignment.h"
 
+#include "env_text.h"
 #include "rdzv_private.h"
 #include "rdzv_proto.h"
 #include "rdzv_util.h"
@@ -31,6 +32,9 @@ struct rdzv_assignment {
     char *master_addr;
     int master_port;
     int local_rank, local_world;    /* -1, 0: an rdzvd that does not send them */
+    int group_rank, group_world;    /* -1, 0: likewise */
+    int store_port, dp_rpc_port;    /* the named ports; dp_rpc 0: an older rdzvd */
+    int probe_lo, probe_hi;         /* this rank's probe pool, VLLM_PORT its first */
     int *ports;
     size_t port_count;
     char *nccl_hex;             /* NULL: the group has no NCCL ID; else nccl_ids[0] */
@@ -85,6 +89,36 @@ static bool s_parse_ports(rdzv_assignment_t *self, const cJSON *obj)
             return false;
         self->ports[self->port_count++] = (int) port;
     }
+    return true;
+}
+
+/* "named_ports" (docs/protocol.md): the group's store and DP RPC ports,
+ * distinct, the store the master port, and a probe pool inside this rank's
+ * plan. An rdzvd without them gets the layout it had: the store the master
+ * port, the probe pool the whole plan, no DP RPC port. */
+static bool s_parse_named(rdzv_assignment_t *self, const cJSON *obj)
+{
+    const cJSON *named = cJSON_GetObjectItemCaseSensitive(obj, "named_ports");
+    int first = self->ports[0], last = self->ports[self->port_count - 1];
+    if (!named) {
+        self->store_port = self->master_port;
+        self->probe_lo = first;
+        self->probe_hi = last;
+        return true;
+    }
+    const cJSON *probe = cJSON_GetObjectItemCaseSensitive(named, "probe");
+    int64_t store, rpc, lo, hi;
+    if (!cJSON_IsObject(named) || !s_field_int(named, "store", S_PORT_MIN, S_PORT_MAX, &store)
+        || !s_field_int(named, "dp_rpc", S_PORT_MIN, S_PORT_MAX, &rpc)
+        || !cJSON_IsArray(probe) || cJSON_GetArraySize(probe) != 2
+        || !s_int_in(cJSON_GetArrayItem(probe, 0), first, last, &lo)
+        || !s_int_in(cJSON_GetArrayItem(probe, 1), lo, last, &hi)
+        || store != self->master_port || rpc == store)
+        return false;
+    self->store_port = (int) store;
+    self->dp_rpc_port = (int) rpc;
+    self->probe_lo = (int) lo;
+    self->probe_hi = (int) hi;
     return true;
 }
 
@@ -189,6 +223,13 @@ static bool s_parse_scalars(rdzv_assignment_t *self, const cJSON *obj)
         return false;
     self->local_rank = (int) local_rank;
     self->local_world = (int) local_world;
+    int64_t group_rank = -1, group_world = 0;
+    if (cJSON_GetObjectItemCaseSensitive(obj, "group_world")
+        && (!s_field_int(obj, "group_world", 1, world, &group_world)
+            || !s_field_int(obj, "group_rank", 0, group_world - 1, &group_rank)))
+        return false;
+    self->group_rank = (int) group_rank;
+    self->group_world = (int) group_world;
     return true;
 }
 
@@ -199,7 +240,7 @@ rdzv_assignment_t *rdzv_assignment_from_cjson(const cJSON *obj)
     rdzv_assignment_t *self = calloc(1, sizeof *self);
     if (!self)
         return NULL;
-    if (!s_parse_scalars(self, obj) || !s_parse_ports(self, obj)
+    if (!s_parse_scalars(self, obj) || !s_parse_ports(self, obj) || !s_parse_named(self, obj)
         || !s_parse_nccl(self, obj) || !s_parse_members(self, obj)
         || !(self->json = cJSON_PrintUnformatted(obj)))
         rdzv_assignment_destroy(&self);
@@ -279,6 +320,35 @@ RDZV_EXPORT int rdzv_assignment_master_port(const rdzv_assignment_t *self)
     return self ? self->master_port : -1;
 }
 
+RDZV_EXPORT int rdzv_assignment_group_rank(const rdzv_assignment_t *self)
+{
+    return self ? self->group_rank : -1;
+}
+
+RDZV_EXPORT int rdzv_assignment_group_world(const rdzv_assignment_t *self)
+{
+    return self ? self->group_world : 0;
+}
+
+RDZV_EXPORT int rdzv_assignment_store_port(const rdzv_assignment_t *self)
+{
+    return self ? self->store_port : -1;
+}
+
+RDZV_EXPORT int rdzv_assignment_dp_rpc_port(const rdzv_assignment_t *self)
+{
+    return self ? self->dp_rpc_port : -1;
+}
+
+RDZV_EXPORT int rdzv_assignment_probe_ports(const rdzv_assignment_t *self, int *lo, int *hi)
+{
+    if (!self || !lo || !hi)
+        return RDZV_ERR_USAGE;
+    *lo = self->probe_lo;
+    *hi = self->probe_hi;
+    return RDZV_OK;
+}
+
 RDZV_EXPORT size_t rdzv_assignment_port_count(const rdzv_assignment_t *self)
 {
     return self ? self->port_count : 0;
@@ -336,45 +406,150 @@ RDZV_EXPORT const char *rdzv_assignment_json(const rdzv_assignment_t *self)
     return self ? self->json : NULL;
 }
 
-/* vLLM's data-parallel variables mirror the torch ones: the DP master is
- * rank 0, and VLLM_PORT starts vLLM's own port scan inside this rank's plan. */
-static void s_write_env(const rdzv_assignment_t *self, FILE *f)
+/* The flags of an external-DP `vllm serve` rank: it reads these, not the
+ * VLLM_DP_* variables, whenever its command line's DP size is above 1. */
+static int s_write_vllm_args(const rdzv_assignment_t *self, FILE *f)
 {
-    fprintf(f, "RDZV_GROUP=%s\nRDZV_EPOCH=%lld\nRDZV_RANK=%d\nRDZV_WORLD=%d\n",
-            self->group, (long long) self->epoch, self->rank, self->world);
-    fprintf(f, "RDZV_MASTER_ADDR=%s\nRDZV_MASTER_PORT=%d\nRDZV_PORTS=",
-            self->master_addr, self->master_port);
-    for (size_t i = 0; i < self->port_count; i++)
-        fprintf(f, "%s%d", i ? "," : "", self->ports[i]);
-    fprintf(f, "\nRDZV_NCCL_UNIQUE_ID=%s\nRDZV_NCCL_UNIQUE_IDS=",
-            self->nccl_hex ? self->nccl_hex : "");
-    for (size_t i = 0; i < self->nccl_count; i++)
-        fprintf(f, "%s%s", i ? "," : "", self->nccl_ids[i]);
-    fputc('\n', f);
-    if (self->local_world > 0)
-        fprintf(f, "RDZV_LOCAL_RANK=%d\nRDZV_LOCAL_WORLD=%d\n", self->local_rank,
-                self->local_world);
-    fprintf(f, "MASTER_ADDR=%s\nMASTER_PORT=%d\nRANK=%d\nWORLD_SIZE=%d\n",
-            self->master_addr, self->master_port, self->rank, self->world);
-    fprintf(f, "VLLM_PORT=%d\nVLLM_DP_RANK=%d\nVLLM_DP_SIZE=%d\n",
-            self->ports[0], self->rank, self->world);
-    fprintf(f, "VLLM_DP_MASTER_IP=%s\nVLLM_DP_MASTER_PORT=%d\n",
-            self->master_addr, self->master_port);
+    if (self->dp_rpc_port <= 0)
+        return -1;
+    fprintf(f, "--data-parallel-size %d --data-parallel-rank %d --data-parallel-address ",
+            self->world, self->rank);
+    if (rdzv_env_quote(f, self->master_addr) < 0)
+        return -1;
+    return fprintf(f, " --data-parallel-rpc-port %d", self->dp_rpc_port) < 0 ? -1 : 0;
 }
 
-RDZV_EXPORT char *rdzv_assignment_env(const rdzv_assignment_t *self)
+/* Runs write into a malloc'd string; NULL when it fails. */
+static char *s_text(const rdzv_assignment_t *self, int (*write)(const rdzv_assignment_t *, FILE *))
 {
-    if (!self)
-        return NULL;
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     if (!f)
         return NULL;
-    s_write_env(self, f);
+    int rc = write(self, f);
+    if (fclose(f) != 0 || rc < 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+RDZV_EXPORT char *rdzv_assignment_vllm_args(const rdzv_assignment_t *self)
+{
+    return self ? s_text(self, s_write_vllm_args) : NULL;
+}
+
+typedef struct {
+    FILE *f;
+    int rc;
+} s_env_t;
+
+static void s_put(s_env_t *e, const char *key, const char *value)
+{
+    if (e->rc == 0 && rdzv_env_put(e->f, key, value, false) < 0)
+        e->rc = -1;
+}
+
+static void s_put_int(s_env_t *e, const char *key, long long v)
+{
+    char text[24];
+    snprintf(text, sizeof text, "%lld", v);
+    s_put(e, key, text);
+}
+
+/* A comma-separated list into a malloc'd string. */
+static char *s_join_ports(const rdzv_assignment_t *self)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return NULL;
+    for (size_t i = 0; i < self->port_count; i++)
+        fprintf(f, "%s%d", i ? "," : "", self->ports[i]);
     if (fclose(f) != 0) {
         free(text);
         return NULL;
     }
     return text;
+}
+
+static char *s_join_ids(const rdzv_assignment_t *self)
+{
+    size_t n = self->nccl_count;
+    char *text = malloc(n * (RDZV_NCCL_ID_HEX + 1) + 1), *p = text;
+    for (size_t i = 0; text && i < n; i++) {
+        if (i)
+            *p++ = ',';
+        memcpy(p, self->nccl_ids[i], RDZV_NCCL_ID_HEX);
+        p += RDZV_NCCL_ID_HEX;
+    }
+    if (text)
+        *p = '\0';
+    return text;
+}
+
+/* rdzv's own names, then torch's and torchrun's, then vLLM's
+ * (docs/torchrun-lws.md): MASTER_PORT and VLLM_DP_MASTER_PORT are the
+ * group's store, VLLM_PORT starts vLLM's scans in this rank's probe pool. */
+static int s_write_env(const rdzv_assignment_t *self, FILE *f)
+{
+    s_env_t e = { .f = f };
+    char *ports = s_join_ports(self), *ids = s_join_ids(self), *args = NULL;
+    char probe[16];
+    snprintf(probe, sizeof probe, "%d-%d", self->probe_lo, self->probe_hi);
+    if (!ports || !ids)
+        e.rc = -1;
+    s_put(&e, "RDZV_GROUP", self->group);
+    s_put_int(&e, "RDZV_EPOCH", self->epoch);
+    s_put_int(&e, "RDZV_RANK", self->rank);
+    s_put_int(&e, "RDZV_WORLD", self->world);
+    s_put(&e, "RDZV_MASTER_ADDR", self->master_addr);
+    s_put_int(&e, "RDZV_MASTER_PORT", self->master_port);
+    s_put(&e, "RDZV_PORTS", ports ? ports : "");
+    s_put_int(&e, "RDZV_PORT_STORE", self->store_port);
+    if (self->dp_rpc_port > 0)
+        s_put_int(&e, "RDZV_PORT_DP_RPC", self->dp_rpc_port);
+    s_put(&e, "RDZV_PORT_PROBE", probe);
+    s_put(&e, "RDZV_NCCL_UNIQUE_ID", self->nccl_hex ? self->nccl_hex : "");
+    s_put(&e, "RDZV_NCCL_UNIQUE_IDS", ids ? ids : "");
+    if (self->local_world > 0) {
+        s_put_int(&e, "RDZV_LOCAL_RANK", self->local_rank);
+        s_put_int(&e, "RDZV_LOCAL_WORLD", self->local_world);
+    }
+    s_put(&e, "MASTER_ADDR", self->master_addr);
+    s_put_int(&e, "MASTER_PORT", self->store_port);
+    s_put_int(&e, "RANK", self->rank);
+    s_put_int(&e, "WORLD_SIZE", self->world);
+    if (self->local_world > 0) {
+        s_put_int(&e, "LOCAL_RANK", self->local_rank);
+        s_put_int(&e, "LOCAL_WORLD_SIZE", self->local_world);
+    }
+    if (self->group_world > 0) {
+        s_put_int(&e, "GROUP_RANK", self->group_rank);
+        s_put_int(&e, "GROUP_WORLD_SIZE", self->group_world);
+    }
+    s_put_int(&e, "VLLM_PORT", self->probe_lo);
+    s_put_int(&e, "VLLM_DP_RANK", self->rank);
+    s_put_int(&e, "VLLM_DP_SIZE", self->world);
+    s_put(&e, "VLLM_DP_MASTER_IP", self->master_addr);
+    s_put_int(&e, "VLLM_DP_MASTER_PORT", self->store_port);
+    if (self->local_world > 0) {
+        s_put_int(&e, "VLLM_DP_RANK_LOCAL", self->local_rank);
+        s_put_int(&e, "VLLM_DP_SIZE_LOCAL", self->local_world);
+    }
+    if (self->dp_rpc_port > 0 && e.rc == 0 && !(args = rdzv_assignment_vllm_args(self)))
+        e.rc = -1;
+    if (args)
+        s_put(&e, "RDZV_VLLM_ARGS", args);
+    free(args);
+    free(ports);
+    free(ids);
+    return e.rc;
+}
+
+RDZV_EXPORT char *rdzv_assignment_env(const rdzv_assignment_t *self)
+{
+    return self ? s_text(self, s_write_env) : NULL;
 }

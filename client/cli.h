@@ -47,6 +47,12 @@ const char *cli_value(const char *flag, const char *env_name, const char *fallba
  * and rdzv agent give CMD: its own rdzv calls (rdzv kv) then reach the
  * rdzvd the rank joined through. malloc'd; NULL out of memory. */
 char *cli_assignment_env(const rdzv_assignment_t *asg, const char *server);
+/* Prints env's lines as `export KEY='VALUE'` lines, for a shell's eval; 0
+ * or -1 on a write error. */
+int cli_env_print_export(const char *env);
+/* Puts every KEY=VALUE line of env (quoting removed) into this process's
+ * environment; env is cut up. 0, or -1 with errno. */
+int cli_env_apply(char *env);
 
 /* Prints "rdzv CMD: <message>" and a hint to --help; returns CLI_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...)

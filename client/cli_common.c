@@ -1,6 +1,7 @@
 /* Helpers every rdzv command uses. */
 #include "cli.h"
 
+#include "env_text.h"
 #include "rdzv_proto.h"
 
 #include <errno.h>
@@ -8,6 +9,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 int cli_getopt(const char *cmd, int argc, char **argv, const char *optstring,
                const struct option *longopts)
@@ -113,8 +115,45 @@ int cli_result(const char *cmd, const rdzv_client_t *client, int rc)
 char *cli_assignment_env(const rdzv_assignment_t *asg, const char *server)
 {
     char *assigned = rdzv_assignment_env(asg), *env = NULL;
-    if (assigned && asprintf(&env, "%sRDZV_SERVER=%s\n", assigned, server) < 0)
-        env = NULL;
+    size_t len = 0;
+    FILE *f = assigned ? open_memstream(&env, &len) : NULL;
+    if (!f) {
+        free(assigned);
+        return NULL;
+    }
+    bool ok = fputs(assigned, f) != EOF && rdzv_env_put(f, "RDZV_SERVER", server, false) == 0;
     free(assigned);
+    if (fclose(f) != 0 || !ok) {
+        free(env);
+        return NULL;
+    }
     return env;
+}
+
+int cli_env_print_export(const char *env)
+{
+    char *copy = strdup(env), *save = NULL;
+    if (!copy)
+        return -1;
+    int rc = 0;
+    for (char *line = strtok_r(copy, "\n", &save); line && rc == 0;
+         line = strtok_r(NULL, "\n", &save)) {
+        char *key, *value;
+        if (!rdzv_env_split(line, &key, &value))
+            continue;
+        rc = fputs("export ", stdout) == EOF ? -1 : rdzv_env_put(stdout, key, value, true);
+    }
+    free(copy);
+    return rc;
+}
+
+int cli_env_apply(char *env)
+{
+    char *save = NULL;
+    for (char *line = strtok_r(env, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        char *key, *value;
+        if (rdzv_env_split(line, &key, &value) && setenv(key, value, 1) != 0)
+            return -1;
+    }
+    return 0;
 }

@@ -42,7 +42,9 @@ static const char s_usage[] =
     "                    (RDZV_MEMBERS=1; O(world) per rank, so off by default)\n"
     "  --replace         take the rank even from a live session on another\n"
     "                    node (one known to be gone, or a deliberate takeover)\n"
-    "  --format json|env output: one JSON line (default) or KEY=VALUE lines\n"
+    "  --format FMT     json (one JSON line, the default), env (KEY=VALUE lines that a\n"
+    "                   shell can source), export (export KEY='VALUE' lines, for eval)\n"
+    "                   or vllm-args (the flags of an external-DP `vllm serve` rank)\n"
     "  --nccl-id server|rank0|none  who makes the group's NCCL unique IDs: rdzvd,\n"
     "                    rank 0's process (through libnccl.so.2, or the file\n"
     "                    RDZV_NCCL_LIBRARY names, before joining; the other\n"
@@ -130,8 +132,27 @@ static int s_required(const char *value, const char *flag, const char *env)
     return cli_usage_error(S_CMD, "%s (or %s) is required", flag, env);
 }
 
+/* What `rdzv join` prints without CMD. */
+typedef enum { S_JSON, S_ENV, S_EXPORT, S_VLLM_ARGS } s_format_t;
+
+static int s_format(const char *name, s_format_t *out)
+{
+    static const char *const names[] = { "json", "env", "export", "vllm-args" };
+    if (!name) {
+        *out = S_JSON;
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strcmp(name, names[i]) == 0) {
+            *out = (s_format_t) i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
 /* Flags into join arguments; 0 or CLI_EXIT_USAGE (already reported). */
-static int s_to_args(const s_flags_t *f, rdzv_join_args_t *a, bool *env_format)
+static int s_to_args(const s_flags_t *f, rdzv_join_args_t *a, s_format_t *format)
 {
     long world = 0, rank = 0;
     int rc = s_required(f->group, "--group", "RDZV_GROUP");
@@ -145,8 +166,9 @@ static int s_to_args(const s_flags_t *f, rdzv_join_args_t *a, bool *env_format)
         rc = cli_parse_seconds(S_CMD, "--timeout", f->timeout, &a->timeout_ms);
     if (rc)
         return rc;
-    if (f->format && strcmp(f->format, "json") != 0 && strcmp(f->format, "env") != 0)
-        return cli_usage_error(S_CMD, "--format must be json or env, not '%s'", f->format);
+    if (s_format(f->format, format) != 0)
+        return cli_usage_error(S_CMD, "--format must be json, env, export or vllm-args, not '%s'",
+                               f->format);
     if (f->nccl_id && strcmp(f->nccl_id, "server") != 0 && strcmp(f->nccl_id, "none") != 0
         && strcmp(f->nccl_id, "rank0") != 0)
         return cli_usage_error(S_CMD, "--nccl-id must be server, rank0 or none, not '%s'",
@@ -162,28 +184,13 @@ static int s_to_args(const s_flags_t *f, rdzv_join_args_t *a, bool *env_format)
     a->host = f->host;
     a->node = f->node;
     a->nccl_id = f->nccl_id;
-    *env_format = f->format && strcmp(f->format, "env") == 0;
-    return 0;
-}
-
-/* Puts every KEY=VALUE line of env into this process's environment. */
-static int s_export(char *env)
-{
-    for (char *line = strtok(env, "\n"); line; line = strtok(NULL, "\n")) {
-        char *eq = strchr(line, '=');
-        if (!eq)
-            continue;
-        *eq = '\0';
-        if (setenv(line, eq + 1, 1) != 0)
-            return -1;
-    }
     return 0;
 }
 
 /* Replaces this process with argv; returns only on failure, with the exit code. */
 static int s_exec(char *env, char **argv)
 {
-    if (s_export(env) != 0) {
+    if (cli_env_apply(env) != 0) {
         fprintf(stderr, "rdzv %s: cannot set the environment: %s\n", S_CMD, strerror(errno));
         return CLI_EXIT_ERROR;
     }
@@ -207,7 +214,7 @@ static void s_forward(int sig)
  * the child's exit status (128 + signal when killed). */
 static int s_run_child(char *env, char **argv)
 {
-    if (s_export(env) != 0) {
+    if (cli_env_apply(env) != 0) {
         fprintf(stderr, "rdzv %s: cannot set the environment: %s\n", S_CMD, strerror(errno));
         return CLI_EXIT_ERROR;
     }
@@ -237,7 +244,7 @@ static int s_run_child(char *env, char **argv)
 
 /* What to do with the assignment: print it, or run cmd with it (as a child
  * when keep_roots: this process hosts rank 0's NCCL roots). */
-static int s_deliver(rdzv_assignment_t **asg_p, const char *server, bool env_format,
+static int s_deliver(rdzv_assignment_t **asg_p, const char *server, s_format_t format,
                      char **cmd, bool keep_roots)
 {
     char *env = cli_assignment_env(*asg_p, server);
@@ -248,8 +255,19 @@ static int s_deliver(rdzv_assignment_t **asg_p, const char *server, bool env_for
     } else if (cmd) {
         rdzv_assignment_destroy(asg_p);
         rc = keep_roots ? s_run_child(env, cmd) : s_exec(env, cmd);
-    } else if (env_format) {
+    } else if (format == S_ENV) {
         fputs(env, stdout);
+    } else if (format == S_EXPORT) {
+        rc = cli_env_print_export(env) == 0 ? CLI_EXIT_OK : CLI_EXIT_ERROR;
+    } else if (format == S_VLLM_ARGS) {
+        char *args = rdzv_assignment_vllm_args(*asg_p);
+        if (args)
+            printf("%s\n", args);
+        else
+            fprintf(stderr, "rdzv %s: the assignment names no DP RPC port (rdzvd is older than "
+                    "this rdzv), so there are no vLLM flags to print\n", S_CMD);
+        rc = args ? CLI_EXIT_OK : CLI_EXIT_ERROR;
+        free(args);
     } else {
         printf("%s\n", rdzv_assignment_json(*asg_p));
     }
@@ -287,13 +305,13 @@ int cli_join_main(int argc, char **argv)
 {
     s_flags_t f = { 0 };
     rdzv_join_args_t args = { 0 };
-    bool env_format = false;
+    s_format_t format = S_JSON;
     int rc = s_parse_flags(argc, argv, &f);
     if (rc == 0 && f.help) {
         fputs(s_usage, stdout);
         return CLI_EXIT_OK;
     }
-    if (rc != 0 || (rc = s_to_args(&f, &args, &env_format)) != 0)
+    if (rc != 0 || (rc = s_to_args(&f, &args, &format)) != 0)
         return rc;
     char **cmd = optind < argc ? argv + optind : NULL;
     rdzv_client_t *client = cli_connect(S_CMD, f.server, 0, &rc);
@@ -314,5 +332,5 @@ int cli_join_main(int argc, char **argv)
     if (rc == CLI_EXIT_OK && roots_here && !cmd)
         fprintf(stderr, "rdzv %s: warning: rank 0's NCCL roots lived in this process and end "
                 "with it; run the program as CMD (or use librdzv in it)\n", S_CMD);
-    return rc == CLI_EXIT_OK ? s_deliver(&asg, f.server, env_format, cmd, roots_here) : rc;
+    return rc == CLI_EXIT_OK ? s_deliver(&asg, f.server, format, cmd, roots_here) : rc;
 }

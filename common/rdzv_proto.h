@@ -26,6 +26,23 @@
 #define RDZV_DEFAULT_PORT_LIMIT   32768
 #define RDZV_DEFAULT_MAX_WORLD    65536
 
+/* Named ports: the fixed place of each role in a plan of K ports from P
+ * (docs/concepts.md). The group's store and DP RPC ports are those of
+ * rank 0's plan; every rank probes in its own plan from the probe offset.
+ * P+2..P+9 stay unnamed because vLLM's get_open_port() skips the ten ports
+ * from VLLM_DP_MASTER_PORT (the store): a scan that started there would
+ * never return. Plans too short for that put the probe pool after the two
+ * roles (rdzvd warns). */
+#define RDZV_ROLE_STORE           0
+#define RDZV_ROLE_DP_RPC          1
+#define RDZV_PROBE_OFFSET         10
+#define RDZV_MIN_PORTS_PER_RANK   3       /* the two roles and one probe port */
+
+static inline int rdzv_probe_offset(int ports_per_rank)
+{
+    return ports_per_rank >= RDZV_PROBE_OFFSET + 2 ? RDZV_PROBE_OFFSET : RDZV_ROLE_DP_RPC + 1;
+}
+
 /* Error codes, as they appear in {"error":{"code":...}}. */
 #define RDZV_E_BAD_JSON        "bad_json"
 #define RDZV_E_BAD_VERSION     "bad_version"

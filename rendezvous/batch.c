@@ -57,20 +57,16 @@ void rdzv_batch_reply(rdzv_batch_t *self, const rdzv_peer_t *peer, char *text)
 }
 
 void rdzv_batch_reply_assignment(rdzv_batch_t *self, const rdzv_peer_t *peer,
-                                 rdzv_shared_t *shared, int rank, int first_port, int ports,
-                                 int local_rank, int local_world)
+                                 const rdzv_reply_t *parts)
 {
-    rdzv_reply_t *slot = shared ? s_slot(self, peer) : NULL;
+    rdzv_reply_t *slot = parts->shared ? s_slot(self, peer) : NULL;
     if (!slot)
         return;
+    *slot = *parts;
+    slot->peer = (rdzv_peer_t) { 0 };
     rdzv_peer_copy(&slot->peer, peer);
     slot->text = NULL;
-    slot->shared = rdzv_shared_ref(shared);
-    slot->rank = rank;
-    slot->first_port = first_port;
-    slot->ports = ports;
-    slot->local_rank = local_rank;
-    slot->local_world = local_world;
+    slot->shared = rdzv_shared_ref(parts->shared);
 }
 
 void rdzv_batch_error(rdzv_batch_t *self, const rdzv_peer_t *peer, const char *code,

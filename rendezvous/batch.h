@@ -46,10 +46,10 @@ int rdzv_batch_record(rdzv_batch_t *self, cJSON *record);
 int rdzv_batch_record_applied(rdzv_batch_t *self, cJSON *record);
 /* Queues text (takes it; NULL: out of memory, nothing is queued) for peer. */
 void rdzv_batch_reply(rdzv_batch_t *self, const rdzv_peer_t *peer, char *text);
-/* Queues an assignment by its parts; takes a reference to shared. */
+/* Queues an assignment by its parts (parts->text NULL, parts->peer
+ * unused); takes a reference to parts->shared. */
 void rdzv_batch_reply_assignment(rdzv_batch_t *self, const rdzv_peer_t *peer,
-                                 rdzv_shared_t *shared, int rank, int first_port, int ports,
-                                 int local_rank, int local_world);
+                                 const rdzv_reply_t *parts);
 /* Queues an error reply, counted and logged by its code. */
 void rdzv_batch_error(rdzv_batch_t *self, const rdzv_peer_t *peer, const char *code,
                       const char *fmt, ...) __attribute__((format(printf, 4, 5)));

@@ -81,15 +81,15 @@ rdzv_shared_t *rdzv_group_shared(const rdzv_state_t *st, rdzv_group_t *g, bool w
 /* An open-addressing set of a group's nodes, by their plans entry. */
 typedef struct {
     const void *node;
-    int count, next;
+    int count, index;
 } s_node_slot_t;
 
-int *rdzv_group_local_ranks(const rdzv_group_t *g)
+rdzv_local_t *rdzv_group_local_ranks(const rdzv_group_t *g)
 {
     size_t cap = 16;
     while (cap < (size_t) g->world * 2)
         cap *= 2;
-    int *local = malloc((size_t) g->world * 2 * sizeof *local);
+    rdzv_local_t *local = malloc((size_t) g->world * sizeof *local);
     s_node_slot_t *t = calloc(cap, sizeof *t);
     int *slot_of = malloc((size_t) g->world * sizeof *slot_of);
     if (!local || !t || !slot_of) {
@@ -98,36 +98,53 @@ int *rdzv_group_local_ranks(const rdzv_group_t *g)
         free(slot_of);
         return NULL;
     }
+    int nodes = 0;
     for (int r = 0; r < g->world; r++) {
         const rdzv_member_t *m = rdzv_group_at(g, r);
         const void *key = m ? (const void *) m->plan_node : NULL;
         size_t i = ((uintptr_t) key >> 4) * 0x9E3779B97F4A7C15ull & (cap - 1);
         while (t[i].count && t[i].node != key)
             i = (i + 1) & (cap - 1);
-        t[i].node = key;
-        local[2 * r] = t[i].count++;
+        if (t[i].count == 0)
+            t[i] = (s_node_slot_t) { .node = key, .index = nodes++ };
+        local[r].local_rank = t[i].count++;
         slot_of[r] = (int) i;
     }
-    for (int r = 0; r < g->world; r++)
-        local[2 * r + 1] = t[slot_of[r]].count;
+    for (int r = 0; r < g->world; r++) {
+        local[r].local_world = t[slot_of[r]].count;
+        local[r].group_rank = t[slot_of[r]].index;
+        local[r].group_world = nodes;
+    }
     free(t);
     free(slot_of);
     return local;
 }
 
+/* The parts of rank's assignment, but its peer and text. */
+rdzv_reply_t rdzv_assignment_parts(const rdzv_state_t *st, rdzv_group_t *g, int rank,
+                                   int first_port, int role_port,
+                                   const rdzv_local_t *local, bool with_members)
+{
+    return (rdzv_reply_t) { .rank = rank, .first_port = first_port,
+                            .ports = rdzv_plans_ports_per_rank(st->plans),
+                            .role_port = role_port,
+                            .local_rank = local->local_rank, .local_world = local->local_world,
+                            .group_rank = local->group_rank, .group_world = local->group_world,
+                            .shared = rdzv_group_shared(st, g, with_members) };
+}
+
 char *rdzv_assignment_text(const rdzv_state_t *st, rdzv_group_t *g, int rank, int64_t req_id,
                            bool with_members)
 {
-    int *local = rdzv_group_local_ranks(g);
+    rdzv_local_t *local = rdzv_group_local_ranks(g);
     if (!local)
         return NULL;
-    int local_rank = local[2 * rank], local_world = local[2 * rank + 1];
+    rdzv_reply_t reply = rdzv_assignment_parts(st, g, rank, s_port_start(st, g, rank),
+                                               s_port_start(st, g, 0), &local[rank],
+                                               with_members);
     free(local);
-    rdzv_reply_t reply = { .peer.req = req_id, .rank = rank,
-                           .local_rank = local_rank, .local_world = local_world,
-                           .shared = rdzv_shared_ref(rdzv_group_shared(st, g, with_members)),
-                           .first_port = s_port_start(st, g, rank),
-                           .ports = rdzv_plans_ports_per_rank(st->plans) };
+    reply.peer.req = req_id;
+    reply.shared = rdzv_shared_ref(reply.shared);
     if (!reply.shared || rdzv_reply_render(&reply) < 0) {
         rdzv_reply_clear(&reply);
         return NULL;

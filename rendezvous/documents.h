@@ -30,9 +30,21 @@ cJSON *rdzv_group_overlaps(const rdzv_state_t *st, const rdzv_group_t *g);
 #define RDZV_STATUS_MISSING_MAX 64
 cJSON *rdzv_group_missing(const rdzv_group_t *g, int max);
 /* Each rank's place among the ranks of its node (the members with one
- * plan_node): local[2r] its index in rank order, local[2r + 1] how many the
- * node has. One pass over the members; malloc'd, NULL out of memory. */
-int *rdzv_group_local_ranks(const rdzv_group_t *g);
+ * plan_node), and its node's among the group's nodes, numbered by each
+ * node's lowest rank: torchrun's LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK
+ * and GROUP_WORLD_SIZE. */
+typedef struct {
+    int local_rank, local_world;
+    int group_rank, group_world;
+} rdzv_local_t;
+/* One pass over the members; world entries, malloc'd, NULL out of memory. */
+rdzv_local_t *rdzv_group_local_ranks(const rdzv_group_t *g);
+/* The parts of rank's assignment reply, its plan from first_port, its peer
+ * and text unset, the roles' from rank 0's role_port; .shared is the epoch's, not referenced (NULL out of
+ * memory). */
+rdzv_reply_t rdzv_assignment_parts(const rdzv_state_t *st, rdzv_group_t *g, int rank,
+                                   int first_port, int role_port,
+                                   const rdzv_local_t *local, bool with_members);
 /* The timeout reply to a join of g that waited in vain: how many ranks
  * joined, and which are missing (the first 8 in the message, the first
  * RDZV_STATUS_MISSING_MAX in "missing"); malloc'd, NULL out of memory. */

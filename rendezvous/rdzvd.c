@@ -172,7 +172,7 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         }
         case 's': o->cfg.state_dir = optarg; break;
         case 'p': rc = s_int_arg("--port-base", optarg, 1, 65535, &o->cfg.port_base); break;
-        case 'k': rc = s_int_arg("--ports-per-rank", optarg, 1, 4096, &o->cfg.ports_per_rank); break;
+        case 'k': rc = s_int_arg("--ports-per-rank", optarg, RDZV_MIN_PORTS_PER_RANK, 4096, &o->cfg.ports_per_rank); break;
         case 'l': rc = s_int_arg("--port-limit", optarg, 2, 65536, &o->cfg.port_limit); break;
         case 'w': rc = s_int_arg("--max-world", optarg, 1, 1 << 24, &o->cfg.max_world); break;
         case 'd': rc = s_int_arg("--dead-after", optarg, 1, 86400, &dead_after); break;
@@ -250,12 +250,14 @@ static int s_check_range(const rdzv_config_t *cfg)
                 cfg->port_base, cfg->ports_per_rank, cfg->port_limit);
         return -1;
     }
-    /* vLLM skips the ten ports from VLLM_DP_MASTER_PORT (the plan's first)
-     * when it scans for more, so a shorter plan sends its scans outside. */
+    /* vLLM takes five ports of its scan and more for its workers; a plan
+     * shorter than RDZV_PROBE_OFFSET + 2 also puts the probe pool inside
+     * the ten ports from VLLM_DP_MASTER_PORT that vLLM's get_open_port()
+     * skips (common/rdzv_proto.h). */
     if (cfg->ports_per_rank < 16)
-        fprintf(stderr, "rdzvd: warning: --ports-per-rank %d is under 16; vLLM skips the 10 ports "
-                "from VLLM_DP_MASTER_PORT and its port scans would leave the plan\n",
-                cfg->ports_per_rank);
+        fprintf(stderr, "rdzvd: warning: --ports-per-rank %d is under 16; a plan holds the store "
+                "and DP RPC ports and probes from port %d of it, and vLLM's scans would leave "
+                "it\n", cfg->ports_per_rank, rdzv_probe_offset(cfg->ports_per_rank));
     FILE *f = fopen(S_EPHEMERAL_FILE, "r");
     int lo = 0, hi = 0;
     if (!f || fscanf(f, "%d %d", &lo, &hi) != 2) {

@@ -156,19 +156,18 @@ static int s_make_nccl_ids(rdzv_batch_t *self, rdzv_group_t *g, cJSON **ids)
 
 /* Queues rank's assignment by its parts; the shard that sends it formats
  * it (reply.c). Per rank only the rank and its ports differ. */
-static void s_reply_assignment(rdzv_batch_t *self, rdzv_group_t *g, int rank, int start,
-                               const int *local, const rdzv_peer_t *peer, bool with_members)
+static void s_reply_assignment(rdzv_batch_t *self, rdzv_group_t *g, int rank,
+                               const int *starts, const rdzv_local_t *local,
+                               const rdzv_peer_t *peer, bool with_members)
 {
-    rdzv_shared_t *shared = rdzv_group_shared(self->state, g, with_members);
-    if (!shared) {
+    rdzv_reply_t parts = rdzv_assignment_parts(self->state, g, rank, starts[rank], starts[0],
+                                               &local[rank], with_members);
+    if (!parts.shared) {
         rdzv_batch_error(self, peer, RDZV_E_INTERNAL, "out of memory");
         return;
     }
-    rdzv_batch_reply_assignment(self, peer, shared, rank, start,
-                                rdzv_plans_ports_per_rank(self->state->plans),
-                                local[2 * rank], local[2 * rank + 1]);
+    rdzv_batch_reply_assignment(self, peer, &parts);
 }
-
 
 void rdzv_group_release(rdzv_batch_t *self, rdzv_group_t *g)
 {
@@ -207,7 +206,7 @@ void rdzv_release_answer(rdzv_batch_t *self)
     int *starts = self->releasing.starts;
     if (!g)
         return;
-    int *local = rdzv_group_local_ranks(g);
+    rdzv_local_t *local = rdzv_group_local_ranks(g);
     for (int r = 0; r < g->world; r++) {
         s_prefetch_member(g, r);
         rdzv_member_t *m = rdzv_group_at(g, r);
@@ -218,7 +217,7 @@ void rdzv_release_answer(rdzv_batch_t *self)
             rdzv_batch_error(self, &m->peer, RDZV_E_INTERNAL, "out of memory");
             continue;
         }
-        s_reply_assignment(self, g, r, starts[r], local, &m->peer, m->want_members);
+        s_reply_assignment(self, g, r, starts, local, &m->peer, m->want_members);
         self->metrics->assignments++;
         rdzv_histogram_observe(&self->metrics->join_latency,
                                (double) (self->now_ms - m->joined_at_ms) / 1000.0);

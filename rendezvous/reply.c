@@ -97,7 +97,7 @@ int rdzv_reply_render(rdzv_reply_t *reply)
 {
     if (reply->text || !reply->shared)
         return 0;
-    size_t cap = reply->shared->len + 192 + (size_t) reply->ports * 12;
+    size_t cap = reply->shared->len + 320 + (size_t) reply->ports * 12;
     char *text = malloc(cap);
     if (!text)
         return -1;
@@ -109,7 +109,19 @@ int rdzv_reply_render(rdzv_reply_t *reply)
     p = rdzv_put_int(p, reply->local_rank);
     p = S_PUT(p, ",\"local_world\":");
     p = rdzv_put_int(p, reply->local_world);
-    p = S_PUT(p, ",\"ports\":[");
+    p = S_PUT(p, ",\"group_rank\":");
+    p = rdzv_put_int(p, reply->group_rank);
+    p = S_PUT(p, ",\"group_world\":");
+    p = rdzv_put_int(p, reply->group_world);
+    p = S_PUT(p, ",\"named_ports\":{\"store\":");
+    p = rdzv_put_int(p, reply->role_port + RDZV_ROLE_STORE);
+    p = S_PUT(p, ",\"dp_rpc\":");
+    p = rdzv_put_int(p, reply->role_port + RDZV_ROLE_DP_RPC);
+    p = S_PUT(p, ",\"probe\":[");
+    p = rdzv_put_int(p, reply->first_port + rdzv_probe_offset(reply->ports));
+    *p++ = ',';
+    p = rdzv_put_int(p, reply->first_port + reply->ports - 1);
+    p = S_PUT(p, "]},\"ports\":[");
     rdzv_decimal_t d;
     rdzv_decimal_set(&d, reply->first_port);
     for (int i = 0; i < reply->ports; i++) {

@@ -1,5 +1,6 @@
 #include "agent_child.h"
 #include "agent_proto.h"
+#include "env_text.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -64,12 +65,21 @@ static bool s_overridden(const char *entry, const char *assignment_env)
     return false;
 }
 
+/* Each KEY=VALUE line as an environ entry, the shell quoting removed. */
 static int s_push_assignment(s_env_t *env, const char *assignment_env)
 {
     for (const char *line = assignment_env; *line;) {
         size_t llen = strcspn(line, "\n");
-        if (llen > 0 && memchr(line, '=', llen) && s_push(env, strndup(line, llen)) < 0)
+        char *entry = strndup(line, llen), *key, *value;
+        if (!entry)
             return -1;
+        if (rdzv_env_split(entry, &key, &value)) {
+            value[-1] = '=';            /* the value is unquoted in place after it */
+            if (s_push(env, entry) < 0)
+                return -1;
+        } else {
+            free(entry);
+        }
         line += llen + (line[llen] == '\n');
     }
     return 0;

@@ -177,6 +177,24 @@ const char *rdzv_assignment_nccl_id_hex_at(const rdzv_assignment_t *self, size_t
  * send them. */
 int rdzv_assignment_local_rank(const rdzv_assignment_t *self);
 int rdzv_assignment_local_world(const rdzv_assignment_t *self);
+/* This rank's node among the group's nodes, numbered by each node's lowest
+ * rank, and how many nodes there are (torchrun's GROUP_RANK and
+ * GROUP_WORLD_SIZE). -1 and 0 from an rdzvd too old to send them. */
+int rdzv_assignment_group_rank(const rdzv_assignment_t *self);
+int rdzv_assignment_group_world(const rdzv_assignment_t *self);
+/* The named ports (docs/concepts.md): the group's store (MASTER_PORT,
+ * VLLM_DP_MASTER_PORT; the master port) and DP RPC port (vLLM's
+ * --data-parallel-rpc-port), both on rank 0's plan, and this rank's probe
+ * pool [*lo, *hi], where VLLM_PORT starts. The DP RPC port is 0 from an
+ * rdzvd too old to name it, whose probe pool is the whole plan. */
+int rdzv_assignment_store_port(const rdzv_assignment_t *self);
+int rdzv_assignment_dp_rpc_port(const rdzv_assignment_t *self);
+int rdzv_assignment_probe_ports(const rdzv_assignment_t *self, int *lo, int *hi);
+/* The flags an external data-parallel `vllm serve` rank needs, as shell
+ * words: "--data-parallel-size N --data-parallel-rank R
+ * --data-parallel-address A --data-parallel-rpc-port P". malloc'd; NULL
+ * without a DP RPC port (an older rdzvd) or out of memory. */
+char *rdzv_assignment_vllm_args(const rdzv_assignment_t *self);
 /* The members list (every rank's host and node): only in an assignment
  * asked for with it (rdzv_client_set_members); count 0 otherwise. */
 size_t rdzv_assignment_member_count(const rdzv_assignment_t *self);
@@ -188,10 +206,12 @@ const char *rdzv_assignment_json(const rdzv_assignment_t *self);
 rdzv_assignment_t *rdzv_assignment_from_json(const char *json);
 
 /* The environment a rank's program gets: "KEY=VALUE" lines, one per
- * variable (RDZV_*, MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, VLLM_*).
- * RDZV_NCCL_UNIQUE_ID is the first NCCL ID, RDZV_NCCL_UNIQUE_IDS all of
- * them, comma-separated (both empty without NCCL).
- * malloc'd; the caller frees it. */
+ * variable (RDZV_*, torch's MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
+ * LOCAL_*, GROUP_*, and VLLM_*; docs/torchrun-lws.md lists them). A value
+ * that a shell would misread is in single quotes (RDZV_VLLM_ARGS always
+ * is), so the text can be sourced. RDZV_NCCL_UNIQUE_ID is the first NCCL
+ * ID, RDZV_NCCL_UNIQUE_IDS all of them, comma-separated (both empty
+ * without NCCL). malloc'd; the caller frees it. */
 char *rdzv_assignment_env(const rdzv_assignment_t *self);
 
 #ifdef __cplusplus

@@ -18,6 +18,7 @@ import ctypes
 import ctypes.util
 import json
 import os
+import shlex
 
 __all__ = ["Client", "Assignment", "RdzvError", "load_library",
            "OK", "ERR_USAGE", "ERR_TIMEOUT", "ERR_REFUSED", "ERR_IO"]
@@ -169,8 +170,20 @@ class Assignment:
                          _s(lib.rdzv_assignment_member_node(a, i)))
                         for i in range(lib.rdzv_assignment_member_count(a))]
         self.json = _s(lib.rdzv_assignment_json(a))
+        doc = json.loads(self.json)
+        # The named ports (docs/concepts.md) and the node's place in the
+        # group; an older rdzvd names none (dp_rpc_port 0).
+        named = doc.get("named_ports") or {}
+        self.store_port = named.get("store", self.master_port)
+        self.dp_rpc_port = named.get("dp_rpc", 0)
+        self.probe_ports = tuple(named.get("probe", (self.ports[0], self.ports[-1])))
+        self.group_rank = doc.get("group_rank", -1)
+        self.group_world = doc.get("group_world", 0)
         text = _take_string(lib.rdzv_assignment_env(a)) or ""
-        self.env = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+        # KEY=VALUE lines a shell can source: a value may be single-quoted.
+        self.env = {k: "".join(shlex.split(v)) for k, v in
+                    (line.split("=", 1) for line in text.splitlines() if "=" in line)}
+        self.vllm_args = shlex.split(self.env.get("RDZV_VLLM_ARGS", ""))
 
     @property
     def nccl_id(self):

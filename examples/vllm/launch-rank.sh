@@ -13,14 +13,17 @@
 # - RDZV_NO_AGENT=1: only `rdzv join --format env`; the plan is still the
 #   rank's own, but nothing holds its ports until vLLM binds them.
 #
+# vLLM gets its data-parallel flags from the assignment's RDZV_VLLM_ARGS
+# (size, rank, rank 0's address, and the DP RPC port named in rank 0's
+# plan) and VLLM_PORT, where its port scans start in this rank's probe pool:
+# no port is computed here (docs/torchrun-lws.md).
+#
 # Settings (environment): TP (tensor parallel size, 2), EP (1: expert
-# parallel), DP_RPC_PORT_OFFSET (31: the DP coordinator on rank 0's
-# RDZV_MASTER_PORT + 31, inside its plan when rdzvd has --ports-per-rank 32),
-# RDZV_SHIM (/opt/rdzv/lib/librdzv_shim.so), RDZV_WAIT (seconds to wait for
-# the agent, 600), VLLM (the vllm command), RDZV (the rdzv command).
+# parallel), RDZV_SHIM (/opt/rdzv/lib/librdzv_shim.so), RDZV_WAIT (seconds to
+# wait for the agent, 600), VLLM (the vllm command), RDZV (the rdzv command).
 set -eu
 
-: "${TP:=2}" "${EP:=1}" "${DP_RPC_PORT_OFFSET:=31}" "${RDZV_WAIT:=600}"
+: "${TP:=2}" "${EP:=1}" "${RDZV_WAIT:=600}"
 : "${RDZV_SHIM:=/opt/rdzv/lib/librdzv_shim.so}" "${VLLM:=vllm}" "${RDZV:=rdzv}"
 
 die() { echo "launch-rank: $*" >&2; exit 1; }
@@ -71,11 +74,9 @@ else
     exec "$RDZV" agent --socket "$sock" --timeout "$RDZV_WAIT" -- "$0" "$model" "$@"
 fi
 
-set -- --data-parallel-size "$RDZV_WORLD" \
-    --data-parallel-rank "$RDZV_RANK" \
-    --data-parallel-address "$RDZV_MASTER_ADDR" \
-    --data-parallel-rpc-port "$((RDZV_MASTER_PORT + DP_RPC_PORT_OFFSET))" \
-    --tensor-parallel-size "$TP" \
-    "$@"
+[ -n "${RDZV_VLLM_ARGS:-}" ] ||
+    die "the assignment has no RDZV_VLLM_ARGS: rdzvd is older than this rdzv"
+# Shell words, quoted by rdzv where a shell would split them.
+eval "set -- $RDZV_VLLM_ARGS --tensor-parallel-size \"\$TP\" \"\$@\""
 [ "$EP" = 1 ] && set -- --enable-expert-parallel "$@"
 exec $VLLM serve "$model" "$@"

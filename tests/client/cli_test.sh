@@ -85,16 +85,31 @@ has "$OUT" '"master_addr":"10.0.0.7"' "json has the master"
 expect 0 "join env" "$RDZV" $J --world 2 --rank 1 --format env
 for line in RDZV_GROUP=g RDZV_EPOCH=1 RDZV_RANK=1 RDZV_WORLD=2 RDZV_MASTER_ADDR=127.0.0.1 \
         RDZV_MASTER_PORT=20000 RDZV_PORTS=20004,20005,20006,20007 "RDZV_NCCL_UNIQUE_ID=" \
-        MASTER_ADDR=127.0.0.1 MASTER_PORT=20000 RANK=1 WORLD_SIZE=2 VLLM_PORT=20004 \
-        VLLM_DP_RANK=1 VLLM_DP_SIZE=2 VLLM_DP_MASTER_IP=127.0.0.1 VLLM_DP_MASTER_PORT=20000; do
+        RDZV_PORT_STORE=20000 RDZV_PORT_DP_RPC=20001 RDZV_PORT_PROBE=20006-20007 \
+        MASTER_ADDR=127.0.0.1 MASTER_PORT=20000 RANK=1 WORLD_SIZE=2 VLLM_PORT=20006 \
+        LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 GROUP_RANK=0 GROUP_WORLD_SIZE=1 \
+        VLLM_DP_RANK=1 VLLM_DP_SIZE=2 VLLM_DP_MASTER_IP=127.0.0.1 VLLM_DP_MASTER_PORT=20000 \
+        VLLM_DP_RANK_LOCAL=1 VLLM_DP_SIZE_LOCAL=2 \
+        "RDZV_VLLM_ARGS='--data-parallel-size 2 --data-parallel-rank 1 --data-parallel-address 127.0.0.1 --data-parallel-rpc-port 20001'"; do
     if grep -qx -- "$line" "$OUT"; then ok "env line $line"; else not_ok "env line $line"; fi
 done
+expect 0 "join export" "$RDZV" $J --world 2 --rank 1 --format export
+has "$OUT" "export VLLM_PORT='20006'" "export lines are quoted"
+(eval "$(cat "$OUT")" && [ "$RDZV_PORT_DP_RPC/$VLLM_DP_SIZE_LOCAL" = 20001/2 ] &&
+    [ "$RDZV_VLLM_ARGS" = "--data-parallel-size 2 --data-parallel-rank 1 --data-parallel-address 127.0.0.1 --data-parallel-rpc-port 20001" ]) &&
+    ok "eval of the export lines sets the variables" ||
+    not_ok "eval of the export lines sets the variables"
+expect 0 "join vllm-args" "$RDZV" $J --world 2 --rank 1 --format vllm-args
+[ "$(cat "$OUT")" = "--data-parallel-size 2 --data-parallel-rank 1 --data-parallel-address 127.0.0.1 --data-parallel-rpc-port 20001" ] &&
+    ok "vllm-args is the one line of flags" || not_ok "vllm-args is the one line of flags: $(cat "$OUT")"
+expect 2 "join with an unknown format" "$RDZV" $J --world 2 --rank 1 --format yaml
+has "$ERR" "json, env, export or vllm-args" "the format error lists the formats"
 expect 0 "join from the environment" env RDZV_SERVER="$EP" RDZV_GROUP=g RDZV_WORLD=abc \
     RDZV_RANK=0 RDZV_HOST=10.9.9.9 "$RDZV" join --world 3 --host 10.1.1.1 --format env
 has "$OUT" "WORLD_SIZE=3" "--world wins over RDZV_WORLD"
 has "$OUT" "MASTER_ADDR=10.1.1.1" "--host wins over RDZV_HOST"
-expect 0 "join runs a command" "$RDZV" $J --world 2 --rank 1 -- sh -c 'echo "$RANK/$WORLD_SIZE/$VLLM_PORT"'
-has "$OUT" "1/2/20004" "the command sees the assignment"
+expect 0 "join runs a command" "$RDZV" $J --world 2 --rank 1 -- sh -c 'echo "$RANK/$WORLD_SIZE/$VLLM_PORT/$RDZV_VLLM_ARGS"'
+has "$OUT" "1/2/20006/--data-parallel-size 2 --data-parallel-rank 1 " "the command sees the assignment, unquoted"
 expect 7 "join passes the command's status" "$RDZV" $J --world 2 --rank 1 sh -c 'exit 7'
 expect 127 "join with a missing command" "$RDZV" $J --world 2 --rank 1 -- /nonexistent/cmd
 expect 4 "join refused" "$RDZV" join --server "$EP" --group refuse --world 2 --rank 0

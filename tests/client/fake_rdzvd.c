@@ -17,7 +17,8 @@ static void s_send(void *router, zmq_msg_t *ident, double id, const char *body)
     zmq_send(router, frame, (size_t) n, 0);
 }
 
-/* Each rank's plan is 4 ports from 20000 + 4 * rank; rank 0 is the master. */
+/* Each rank's plan is 4 ports from 20000 + 4 * rank, all ranks on node
+ * "n"; rank 0 is the master, with the store and DP RPC ports. */
 static void s_join_body(const cJSON *req, char *out, size_t len)
 {
     int world = cJSON_GetObjectItem(req, "world")->valueint;
@@ -25,12 +26,15 @@ static void s_join_body(const cJSON *req, char *out, size_t len)
     const char *host = cJSON_GetObjectItem(req, "host")->valuestring;
     int n = snprintf(out, len, "\"ok\":true,\"assignment\":{\"group\":\"%s\",\"epoch\":1,"
                      "\"rank\":%d,\"world\":%d,\"master_addr\":\"%s\",\"master_port\":20000,"
+                     "\"local_rank\":%d,\"local_world\":%d,\"group_rank\":0,\"group_world\":1,"
+                     "\"named_ports\":{\"store\":20000,\"dp_rpc\":20001,\"probe\":[%d,%d]},"
                      "\"ports\":[%d,%d,%d,%d],\"nccl_unique_id\":null,\"members\":[",
                      cJSON_GetObjectItem(req, "group")->valuestring, rank, world, host,
+                     rank, world, 20002 + 4 * rank, 20003 + 4 * rank,
                      20000 + 4 * rank, 20001 + 4 * rank, 20002 + 4 * rank, 20003 + 4 * rank);
     for (int r = 0; r < world && (size_t) n < len; r++)
-        n += snprintf(out + n, len - (size_t) n, "%s{\"rank\":%d,\"host\":\"%s\",\"node\":\"n%d\"}",
-                      r ? "," : "", r, host, r);
+        n += snprintf(out + n, len - (size_t) n, "%s{\"rank\":%d,\"host\":\"%s\",\"node\":\"n\"}",
+                      r ? "," : "", r, host);
     snprintf(out + n, len - (size_t) n, "]}");
 }
 

@@ -13,7 +13,8 @@
 /* Rank 1 of 2; members deliberately out of rank order. */
 #define S_VALID_FMT \
     "{\"group\":\"llm\",\"epoch\":3,\"rank\":1,\"world\":2," \
-    "\"local_rank\":0,\"local_world\":1," \
+    "\"local_rank\":0,\"local_world\":1,\"group_rank\":1,\"group_world\":2," \
+    "\"named_ports\":{\"store\":19500,\"dp_rpc\":19501,\"probe\":[19534,19534]}," \
     "\"master_addr\":\"10.0.0.11\",\"master_port\":19500," \
     "\"ports\":[19532,19533,19534],\"nccl_unique_id\":\"%s\"," \
     "\"members\":[{\"rank\":1,\"host\":\"10.0.0.12\",\"node\":\"pod-1\"}," \
@@ -54,6 +55,18 @@ START_TEST(test_valid_getters)
     ck_assert_int_eq(rdzv_assignment_master_port(a), 19500);
     ck_assert_int_eq(rdzv_assignment_local_rank(a), 0);
     ck_assert_int_eq(rdzv_assignment_local_world(a), 1);
+    ck_assert_int_eq(rdzv_assignment_group_rank(a), 1);
+    ck_assert_int_eq(rdzv_assignment_group_world(a), 2);
+    ck_assert_int_eq(rdzv_assignment_store_port(a), 19500);
+    ck_assert_int_eq(rdzv_assignment_dp_rpc_port(a), 19501);
+    int lo = 0, hi = 0;
+    ck_assert_int_eq(rdzv_assignment_probe_ports(a, &lo, &hi), RDZV_OK);
+    ck_assert_int_eq(lo, 19534);
+    ck_assert_int_eq(hi, 19534);
+    char *args = rdzv_assignment_vllm_args(a);
+    ck_assert_str_eq(args, "--data-parallel-size 2 --data-parallel-rank 1 "
+                     "--data-parallel-address 10.0.0.11 --data-parallel-rpc-port 19501");
+    free(args);
     ck_assert_uint_eq(rdzv_assignment_port_count(a), 3);
     ck_assert_int_eq(rdzv_assignment_port(a, 0), 19532);
     ck_assert_int_eq(rdzv_assignment_port(a, 2), 19534);
@@ -140,6 +153,18 @@ static const s_bad_t s_bad[] = {
     { "members", "[]" }, { "members", "{}" },
     { "local_world", "0" }, { "local_world", "3" }, { "local_rank", "1" },
     { "local_rank", NULL },
+    { "group_world", "0" }, { "group_world", "3" }, { "group_rank", "2" },
+    { "group_rank", NULL }, { "group_rank", "\"1\"" },
+    { "named_ports", "5" }, { "named_ports", "{}" },
+    { "named_ports", "{\"store\":19500,\"dp_rpc\":19501}" },
+    { "named_ports", "{\"store\":19501,\"dp_rpc\":19502,\"probe\":[19534,19534]}" },
+    { "named_ports", "{\"store\":19500,\"dp_rpc\":19500,\"probe\":[19534,19534]}" },
+    { "named_ports", "{\"store\":19500,\"dp_rpc\":0,\"probe\":[19534,19534]}" },
+    { "named_ports", "{\"store\":19500,\"dp_rpc\":19501,\"probe\":[19531,19534]}" },
+    { "named_ports", "{\"store\":19500,\"dp_rpc\":19501,\"probe\":[19534,19535]}" },
+    { "named_ports", "{\"store\":19500,\"dp_rpc\":19501,\"probe\":[19534,19533]}" },
+    { "named_ports", "{\"store\":19500,\"dp_rpc\":19501,\"probe\":[19534]}" },
+    { "named_ports", "{\"store\":19500,\"dp_rpc\":\"19501\",\"probe\":[19534,19534]}" },
     { "members", "[{\"rank\":0,\"host\":\"h\",\"node\":\"n\"}]" },
     { "members", "[{\"rank\":0,\"host\":\"h\",\"node\":\"n\"},"
                  "{\"rank\":0,\"host\":\"h\",\"node\":\"n\"}]" },
@@ -179,15 +204,68 @@ START_TEST(test_env_lines)
     snprintf(expected, sizeof expected,
              "RDZV_GROUP=llm\nRDZV_EPOCH=3\nRDZV_RANK=1\nRDZV_WORLD=2\n"
              "RDZV_MASTER_ADDR=10.0.0.11\nRDZV_MASTER_PORT=19500\n"
-             "RDZV_PORTS=19532,19533,19534\nRDZV_NCCL_UNIQUE_ID=%s\n"
-             "RDZV_NCCL_UNIQUE_IDS=%s\n"
+             "RDZV_PORTS=19532,19533,19534\n"
+             "RDZV_PORT_STORE=19500\nRDZV_PORT_DP_RPC=19501\nRDZV_PORT_PROBE=19534-19534\n"
+             "RDZV_NCCL_UNIQUE_ID=%s\nRDZV_NCCL_UNIQUE_IDS=%s\n"
              "RDZV_LOCAL_RANK=0\nRDZV_LOCAL_WORLD=1\n"
              "MASTER_ADDR=10.0.0.11\nMASTER_PORT=19500\nRANK=1\nWORLD_SIZE=2\n"
-             "VLLM_PORT=19532\nVLLM_DP_RANK=1\nVLLM_DP_SIZE=2\n"
-             "VLLM_DP_MASTER_IP=10.0.0.11\nVLLM_DP_MASTER_PORT=19500\n", s_nccl, s_nccl);
+             "LOCAL_RANK=0\nLOCAL_WORLD_SIZE=1\nGROUP_RANK=1\nGROUP_WORLD_SIZE=2\n"
+             "VLLM_PORT=19534\nVLLM_DP_RANK=1\nVLLM_DP_SIZE=2\n"
+             "VLLM_DP_MASTER_IP=10.0.0.11\nVLLM_DP_MASTER_PORT=19500\n"
+             "VLLM_DP_RANK_LOCAL=0\nVLLM_DP_SIZE_LOCAL=1\n"
+             "RDZV_VLLM_ARGS='--data-parallel-size 2 --data-parallel-rank 1 "
+             "--data-parallel-address 10.0.0.11 --data-parallel-rpc-port 19501'\n",
+             s_nccl, s_nccl);
     ck_assert_str_eq(env, expected);
     free(env);
     rdzv_assignment_destroy(&a);
+}
+END_TEST
+
+/* An rdzvd that names no ports and sends no local ranks: the layout it
+ * had (VLLM_PORT the plan's first port), and nothing is made up. */
+START_TEST(test_env_older_server)
+{
+    cJSON *root = cJSON_Parse(s_valid);
+    static const char *const newer[] = { "named_ports", "local_rank", "local_world",
+                                         "group_rank", "group_world" };
+    for (size_t i = 0; i < sizeof newer / sizeof newer[0]; i++)
+        cJSON_DeleteItemFromObjectCaseSensitive(root, newer[i]);
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    rdzv_assignment_t *a = rdzv_assignment_from_json(text);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_int_eq(rdzv_assignment_dp_rpc_port(a), 0);
+    ck_assert_int_eq(rdzv_assignment_store_port(a), 19500);
+    ck_assert_ptr_null(rdzv_assignment_vllm_args(a));
+    char *env = rdzv_assignment_env(a);
+    ck_assert_ptr_nonnull(strstr(env, "\nVLLM_PORT=19532\n"));
+    ck_assert_ptr_nonnull(strstr(env, "\nRDZV_PORT_PROBE=19532-19534\n"));
+    static const char *const absent[] = { "RDZV_PORT_DP_RPC=", "RDZV_VLLM_ARGS=", "LOCAL_RANK=",
+                                          "GROUP_RANK=", "VLLM_DP_RANK_LOCAL=" };
+    for (size_t i = 0; i < sizeof absent / sizeof absent[0]; i++)
+        ck_assert_msg(!strstr(env, absent[i]), "%s in an older rdzvd's env", absent[i]);
+    free(env);
+    rdzv_assignment_destroy(&a);
+    free(text);
+}
+END_TEST
+
+/* A host a shell would split or expand is quoted, in the env line and in
+ * the vLLM flags. */
+START_TEST(test_env_quoting)
+{
+    char *text = s_variant("master_addr", "\"it's $HOME\"");
+    rdzv_assignment_t *a = rdzv_assignment_from_json(text);
+    ck_assert_ptr_nonnull(a);
+    char *env = rdzv_assignment_env(a);
+    ck_assert_ptr_nonnull(strstr(env, "\nMASTER_ADDR='it'\\''s $HOME'\n"));
+    char *args = rdzv_assignment_vllm_args(a);
+    ck_assert_ptr_nonnull(strstr(args, "--data-parallel-address 'it'\\''s $HOME' "));
+    free(args);
+    free(env);
+    rdzv_assignment_destroy(&a);
+    free(text);
 }
 END_TEST
 
@@ -217,6 +295,8 @@ static Suite *s_suite(void)
     TCase *env = tcase_create("env");
     tcase_add_checked_fixture(env, s_setup, NULL);
     tcase_add_test(env, test_env_lines);
+    tcase_add_test(env, test_env_older_server);
+    tcase_add_test(env, test_env_quoting);
     suite_add_tcase(s, env);
     return s;
 }

@@ -41,8 +41,9 @@ RDZV_GROUP=envg RDZV_WORLD=1 RDZV_RANK=0 RDZV_NODE=n RDZV_HOST=127.0.0.1 \
     "$RDZV" join --format env >"$dir/env.out"
 for v in RDZV_GROUP=envg RDZV_EPOCH=1 RDZV_RANK=0 RDZV_WORLD=1 RDZV_MASTER_ADDR=127.0.0.1 \
          RDZV_MASTER_PORT=19500 MASTER_ADDR=127.0.0.1 MASTER_PORT=19500 RANK=0 WORLD_SIZE=1 \
-         VLLM_PORT=19500 VLLM_DP_RANK=0 VLLM_DP_SIZE=1 VLLM_DP_MASTER_IP=127.0.0.1 \
-         VLLM_DP_MASTER_PORT=19500; do
+         VLLM_PORT=19510 VLLM_DP_RANK=0 VLLM_DP_SIZE=1 VLLM_DP_MASTER_IP=127.0.0.1 \
+         VLLM_DP_MASTER_PORT=19500 RDZV_PORT_STORE=19500 RDZV_PORT_DP_RPC=19501 \
+         RDZV_PORT_PROBE=19510-19531 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=0; do
     check "env output has $v" "grep -qx '$v' $dir/env.out"
 done
 check "RDZV_PORTS is a comma list of 32" \
@@ -51,7 +52,7 @@ check "RDZV_PORTS is a comma list of 32" \
 # exec: the command runs with the assignment in its environment.
 out=$("$RDZV" join --group envg --world 1 --rank 0 --node n --host 127.0.0.1 -- \
       sh -c 'echo "$RANK/$WORLD_SIZE/$VLLM_PORT"')
-check "join -- CMD runs CMD with the env" "[ \"$out\" = 0/1/19500 ]"
+check "join -- CMD runs CMD with the env" "[ \"$out\" = 0/1/19510 ]"
 "$RDZV" join --group envg --world 1 --rank 0 --node n --host 127.0.0.1 -- sh -c 'exit 7'
 check "join -- CMD exits with CMD's status" "[ $? = 7 ]"
 

@@ -68,7 +68,13 @@ def two_ranks_join_from_threads(srv):
     got = join_all(srv.endpoint, "py-members", 2, host="127.0.0.1", node="n", members=True)
     assert got[0].members == [("127.0.0.1", "n"), ("127.0.0.1", "n")], got[0].members
     assert a0.nccl_id_hex is None and a0.nccl_id is None and a0.nccl_ids_hex == []
-    assert a1.env["RDZV_RANK"] == "1" and a1.env["VLLM_PORT"] == str(a1.ports[0])
+    assert a1.env["RDZV_RANK"] == "1" and a1.env["VLLM_PORT"] == str(a1.ports[10])
+    assert (a1.store_port, a1.dp_rpc_port) == (a0.ports[0], a0.ports[1])
+    assert a1.probe_ports == (a1.ports[10], a1.ports[31]), a1.probe_ports
+    assert (a0.group_rank, a1.group_rank, a1.group_world) == (0, 0, 1)
+    assert a1.vllm_args == ["--data-parallel-size", "2", "--data-parallel-rank", "1",
+                            "--data-parallel-address", "127.0.0.1",
+                            "--data-parallel-rpc-port", str(a0.ports[1])], a1.vllm_args
     assert '"rank":1' in a1.json
 
 

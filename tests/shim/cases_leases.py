@@ -13,13 +13,17 @@ from pod import LISTEN, PER_RANK, PROBE, PY, SPAN, WAIT_S, Fail, Skip, check, ou
 
 
 def case_probe_scan(pod):
-    """vLLM scans from VLLM_PORT: two scans of four give eight distinct ports of the plan."""
-    vllm_port = int(pod.env_file()["VLLM_PORT"])
-    check(vllm_port == pod.plan[0], "VLLM_PORT is the plan's first port")
-    got = pod.py_json(PROBE + "print(json.dumps([scan(%d, 4, %d), scan(%d, 4, %d)]))"
+    """vLLM scans from VLLM_PORT, the probe pool's first port after the store
+    and DP RPC ports: two scans of three give the pool's six distinct ports."""
+    env = pod.env_file()
+    vllm_port = int(env["VLLM_PORT"])
+    check(vllm_port == pod.plan[2] and env["RDZV_PORT_PROBE"] == "%d-%d" % (pod.plan[2], pod.plan[-1]),
+          "VLLM_PORT %d is not the probe pool's first port %d (a plan of %d ports): %s"
+          % (vllm_port, pod.plan[2], len(pod.plan), env.get("RDZV_PORT_PROBE")))
+    got = pod.py_json(PROBE + "print(json.dumps([scan(%d, 3, %d), scan(%d, 3, %d)]))"
                       % (vllm_port, pod.limit, vllm_port, pod.limit))
-    check(got[0] == pod.plan[:4] and got[1] == pod.plan[4:8],
-          "the scans got %s, not the plan %s in two halves" % (got, pod.plan))
+    check(got[0] == pod.plan[2:5] and got[1] == pod.plan[5:8],
+          "the scans got %s, not the probe pool %s in two halves" % (got, pod.plan[2:]))
 
 
 def case_two_processes_scan(pod):

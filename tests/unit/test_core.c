@@ -168,6 +168,7 @@ START_TEST(test_local_ranks)
 {
     static const char *const nodes[] = { "n0", "n1", "n0", "n0" };
     static const int want_rank[] = { 0, 0, 1, 2 }, want_world[] = { 3, 1, 3, 3 };
+    static const int want_group[] = { 0, 1, 0, 0 };
     for (int r = 0; r < 4; r++)
         s_join(r, "g", 4, r, nodes[r], r == 1 ? "b" : "s");
     for (int pass = 0; pass < 2; pass++) {
@@ -175,10 +176,45 @@ START_TEST(test_local_ranks)
             const cJSON *a = s_assignment(r);
             ck_assert_int_eq(s_field(a, "local_rank"), want_rank[r]);
             ck_assert_int_eq(s_field(a, "local_world"), want_world[r]);
+            ck_assert_int_eq(s_field(a, "group_rank"), want_group[r]);
+            ck_assert_int_eq(s_field(a, "group_world"), 2);
         }
         s_clear_replies();
         for (int r = 0; r < 4; r++)          /* resumes: the same answers */
             s_join(r, "g", 4, r, nodes[r], r == 1 ? "b" : "s");
+    }
+    s_clear_replies();
+}
+END_TEST
+
+/* The roles sit where docs/concepts.md says: the store and DP RPC ports
+ * at the start of rank 0's plan, each rank's probe pool from the tenth
+ * port of its own plan; on one node no role is inside any rank's pool. */
+START_TEST(test_named_ports)
+{
+    for (int r = 0; r < 4; r++)
+        s_join(r, "g", 4, r, r == 1 ? "n1" : "n0", "s");
+    for (int pass = 0; pass < 2; pass++) {
+        for (int r = 0; r < 4; r++) {
+            const cJSON *a = s_assignment(r);
+            const cJSON *named = cJSON_GetObjectItem(a, "named_ports");
+            const cJSON *ports = cJSON_GetObjectItem(a, "ports");
+            int first = (int) cJSON_GetArrayItem(ports, 0)->valuedouble;
+            int store = s_field(named, "store"), rpc = s_field(named, "dp_rpc");
+            const cJSON *probe = cJSON_GetObjectItem(named, "probe");
+            int lo = (int) cJSON_GetArrayItem(probe, 0)->valuedouble;
+            int hi = (int) cJSON_GetArrayItem(probe, 1)->valuedouble;
+            ck_assert_int_eq(store, 19500);
+            ck_assert_int_eq(store, s_field(a, "master_port"));
+            ck_assert_int_eq(rpc, 19501);
+            ck_assert_int_eq(lo, first + 10);
+            ck_assert_int_eq(hi, first + 31);
+            if (r != 1)        /* rank 0's node: the roles are never probed */
+                ck_assert(store < lo && rpc < lo);
+        }
+        s_clear_replies();
+        for (int r = 0; r < 4; r++)          /* resumes: the same answers */
+            s_join(r, "g", 4, r, r == 1 ? "n1" : "n0", "s");
     }
     s_clear_replies();
 }
@@ -1199,6 +1235,7 @@ int main(void)
     tcase_add_test(tc, test_restart_moves_epoch);
     tcase_add_test(tc, test_rank_taken_by_a_live_holder);
     tcase_add_test(tc, test_local_ranks);
+    tcase_add_test(tc, test_named_ports);
     tcase_add_test(tc, test_resize_once_the_old_world_is_gone);
     tcase_add_test(tc, test_rank_taken_while_forming);
     tcase_add_test(tc, test_state_survives_restart);

@@ -1,8 +1,13 @@
 #include "check_run.h"
 #include <check.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "env_text.h"
 #include "rdzv_util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
 
 typedef struct {
     const char *bytes;
@@ -106,6 +111,57 @@ START_TEST(test_endpoint_normalize)
 }
 END_TEST
 
+static const char *const s_env_values[] = {
+    "", "19500", "tcp://10.0.0.1:29400", "a b", "it's", "$HOME", "`id`", "x\\y", "'", "''",
+    "--data-parallel-size 4 --data-parallel-address 'h'", "*", "a;b", "\"q\"", "[::1]",
+};
+
+/* What rdzv_env_put writes, split back and sourced by a real sh, is the
+ * value again; a plain value stays unquoted (grep RDZV_EPOCH=3 works). */
+START_TEST(test_env_text_roundtrip)
+{
+    const char *value = s_env_values[_i];
+    for (int always = 0; always <= 1; always++) {
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        ck_assert_int_eq(rdzv_env_put(f, "K", value, always), 0);
+        fclose(f);
+        ck_assert_int_eq(text[len - 1], '\n');
+        if (!always && strcmp(value, "19500") == 0)
+            ck_assert_str_eq(text, "K=19500\n");
+        char path[] = "/tmp/rdzv-env-XXXXXX";
+        int fd = mkstemp(path);
+        ck_assert_int_ge(fd, 0);
+        ck_assert_int_eq(write(fd, text, len), (ssize_t) len);
+        close(fd);
+        char cmd[128], got[256] = "";
+        snprintf(cmd, sizeof cmd, "sh -c '. %s && printf %%s \"$K\"'", path);
+        FILE *p = popen(cmd, "r");
+        size_t n = fread(got, 1, sizeof got - 1, p);
+        got[n] = '\0';
+        ck_assert_int_eq(pclose(p), 0);
+        unlink(path);
+        ck_assert_str_eq(got, value);
+        text[len - 1] = '\0';
+        char *key, *v;
+        ck_assert(rdzv_env_split(text, &key, &v));
+        ck_assert_str_eq(key, "K");
+        ck_assert_str_eq(v, value);
+        free(text);
+    }
+}
+END_TEST
+
+START_TEST(test_env_split_refuses)
+{
+    char none[] = "no equals sign", empty[] = "=value";
+    char *key, *value;
+    ck_assert(!rdzv_env_split(none, &key, &value));
+    ck_assert(!rdzv_env_split(empty, &key, &value));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("util");
@@ -120,5 +176,10 @@ int main(void)
     TCase *te = tcase_create("rdzv_endpoint_normalize");
     tcase_add_test(te, test_endpoint_normalize);
     suite_add_tcase(s, te);
+    TCase *tx = tcase_create("env_text");
+    tcase_add_loop_test(tx, test_env_text_roundtrip, 0,
+                        (int) (sizeof s_env_values / sizeof s_env_values[0]));
+    tcase_add_test(tx, test_env_split_refuses);
+    suite_add_tcase(s, tx);
     return rdzv_check_run(s);
 }
