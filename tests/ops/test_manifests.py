@@ -12,6 +12,7 @@ import os
 import re
 import shlex
 import shutil
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -20,8 +21,9 @@ import time
 import yaml
 
 OVERLAYS = ["statefulset", "lws"]
-ENGINE_FLAGS = ["--data-parallel-size", "--data-parallel-rank", "--data-parallel-address",
-                "--data-parallel-rpc-port", "--tensor-parallel-size", "--enable-expert-parallel"]
+# The data-parallel flags come from the assignment's RDZV_VLLM_ARGS
+# (check_engine_script_runs expands them); the rest are the example's.
+ENGINE_FLAGS = ["$RDZV_VLLM_ARGS", "--tensor-parallel-size", "--enable-expert-parallel"]
 # Variables LWS puts in every container ahead of the Pod's own.
 LWS_VARS = {"LWS_WORKER_INDEX": "1", "LWS_LEADER_ADDRESS": "llm-0.llm.ns", "LWS_GROUP_SIZE": None}
 SHELL_VARS = {"HOME", "PATH"}
@@ -391,8 +393,7 @@ def check_engine_command(ctx, ov):
     words = script_words(script_of(engine))
     for flag in ENGINE_FLAGS:
         assert flag in words, f"vllm serve lacks {flag}"
-    assert flag_value(words, "--data-parallel-size") == "$RDZV_WORLD"
-    assert flag_value(words, "--data-parallel-rank") == "$RDZV_RANK"
+    assert "$((" not in script_of(engine), "port arithmetic in the engine's script"
     assert flag_value(words, "--tensor-parallel-size") == "$TP"
     tp = ov.env(engine)["TP"]
     assert str(engine["resources"]["limits"]["nvidia.com/gpu"]) == tp, "GPUs per Pod are not TP"
@@ -521,10 +522,16 @@ def check_engine_script_runs(ctx, ov):
         os.rename(envfile + ".tmp", envfile)
         assert p.wait(timeout=10) == 0, "the script failed"
         got = open(os.path.join(tmp, "args")).read().split("\n")
-        a = dict(line.split("=", 1) for line in ctx.env_text.splitlines() if "=" in line)
-        rpc = int(a["RDZV_MASTER_PORT"]) + int(ov.env(engine)["PORTS_PER_RANK"]) - 1
+        a = {k: "".join(shlex.split(v)) for k, v in
+             (line.split("=", 1) for line in ctx.env_text.splitlines() if "=" in line)}
+        rpc = int(a["RDZV_PORT_DP_RPC"])
         assert flag_value(got, "--data-parallel-rpc-port") == str(rpc), got
-        assert rpc in [int(x) for x in a["RDZV_PORTS"].split(",")], "the RPC port is not planned"
+        plan = [int(x) for x in a["RDZV_PORTS"].split(",")]
+        assert rpc in plan and rpc != int(a["RDZV_PORT_STORE"]), "the RPC port is not a role's"
+        lo, hi = (int(x) for x in a["RDZV_PORT_PROBE"].split("-"))
+        assert not lo <= rpc <= hi, "the RPC port is in vLLM's probe pool"
+        assert flag_value(got, "--data-parallel-address") == a["RDZV_MASTER_ADDR"], got
+        assert flag_value(got, "--data-parallel-rank") == a["RDZV_RANK"], got
         assert flag_value(got, "--data-parallel-size") == a["RDZV_WORLD"], got
         assert flag_value(got, "--tensor-parallel-size") == ov.env(engine)["TP"], got
         assert got[:2] == ["serve", ov.env(engine)["MODEL"]], got
