@@ -3,18 +3,25 @@
 
 The front end (this process) probes ports the way vLLM's _get_open_port does:
 scan up from VLLM_PORT with socket(AF_INET, SOCK_STREAM), bind(("", port)),
-close(), no SO_REUSEADDR.  It collects five (get_open_ports_list(5)); rank 0
-publishes its list (the "candidate broadcast"), the other ranks read it.  A
-second scan in the gap (the executor's get_open_port() for the TP store)
-follows.  A child process ("EngineCore") sleeps a random delay (model
-loading), then binds with SO_REUSEADDR and listens:
-  - rank 0 hosts the DP store on the first popped port, retrying on
-    EADDRINUSE with the next one, as stateless_init_dp_group() does;
-  - every rank hosts its TP store on the second-scan port (no retry);
-  - rank k > 0 dials rank 0's first popped port and checks, with its token,
-    that it reached its own group's rank 0.
-The child writes one JSON result; failures have a kind: eaddrinuse,
-wrong_peer or timeout.  Standard library only; protocol shared with engine.c.
+close(), no SO_REUSEADDR.  It collects five (get_open_ports_list(5)) and pops
+one, which vLLM never listens on.  Then, by --model:
+  moe    rank 0 binds its DP RPC listener (--data-parallel-rpc-port: from
+         RDZV_VLLM_ARGS, else vLLM's fixed default 29550) and publishes its
+         list (the "candidate broadcast"); the other ranks read it.  A child
+         ("EngineCore") sleeps a random delay (process start, imports and
+         the handshake, all before vLLM loads the model), then rank 0 hosts
+         the DP store on the next pop, retrying on EADDRINUSE with the next
+         one as stateless_init_dp_group() does, and global rank 0's world
+         store on the pop after; rank k > 0 dials the first DP pop and
+         checks, with its token, that it reached its own group's rank 0.
+  dense  no DP group (vLLM runs a dense model with DP size 1 in each
+         engine): the executor's get_open_port() (which skips the ten ports
+         from VLLM_DP_MASTER_PORT) picks this Pod's world store port, and
+         EngineCore binds it after the delay; its worker dials it.
+Every listener is reported with its role, for the harness to check against
+the assignment's named ports.  The child writes one JSON result; failures
+have a kind: eaddrinuse, wrong_peer or timeout.  Standard library only;
+protocol shared with engine.c.
 """
 
 import argparse
@@ -25,12 +32,14 @@ import random
 import select
 import socket
 import sys
+import threading
 import time
 
 PORT_LIST_LEN = 5          # get_open_ports_list(5)
 DP_BIND_ATTEMPTS = 5       # stateless_init_dp_group() retries
 MAX_PROBES = 4096          # bound the scan; vLLM scans until it finds one
 DP_MASTER_RESERVED = 10    # get_open_port() avoids VLLM_DP_MASTER_PORT + 0..9
+DP_RPC_DEFAULT = 29550     # vLLM's --data-parallel-rpc-port default
 MAX_RESCANS = 64
 POLL_S = 0.005
 PEERS_POLL_S = 0.050
@@ -77,6 +86,27 @@ def get_open_port(start):
     raise RuntimeError("get_open_port: every scan lands in %s" % reserved)
 
 
+def rpc_port(given):
+    """--data-parallel-rpc-port as a launch script passes it: the
+    assignment's RDZV_VLLM_ARGS under rdzv, else --rpc-port (vLLM's
+    default when the operator sets none)."""
+    words = os.environ.get("RDZV_VLLM_ARGS", "").split()
+    for flag, value in zip(words, words[1:]):
+        if flag == "--data-parallel-rpc-port":
+            return int(value)
+    return given
+
+
+def named_ports():
+    """The assignment's named ports (None in bare mode)."""
+    env = os.environ
+    if "RDZV_PORT_STORE" not in env:
+        return None
+    lo, hi = (int(x) for x in env["RDZV_PORT_PROBE"].split("-"))
+    return {"store": int(env["RDZV_PORT_STORE"]), "dp_rpc": int(env["RDZV_PORT_DP_RPC"]),
+            "probe": [lo, hi]}
+
+
 def get_open_ports_list(start, count):
     """With VLLM_PORT set: consecutive hits of one scan (no VLLM_DP_MASTER_PORT
     check), returned in vLLM's list(set()) order."""
@@ -96,7 +126,8 @@ class Rank:
         self.unix_start_ms = int(time.time() * 1000)
         self.deadline = self.start + args.timeout_ms / 1000.0
         self.events = []
-        self.info = {"foreign_peers": 0, "peers_ok": 0, "bound_port": 0, "bound_t_ms": -1}
+        self.info = {"foreign_peers": 0, "peers_ok": 0, "bound_port": 0, "bound_t_ms": -1,
+                     "listeners": [], "named": named_ports(), "model": args.model}
         self.token = "%016x" % random.getrandbits(64)
         self.secret = None
         self.ports = []
@@ -139,7 +170,7 @@ class Rank:
         self.event("timeout", "broadcast", detail="no candidate list")
         return False
 
-    def listen(self, port):
+    def listen(self, port, role):
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -148,16 +179,26 @@ class Rank:
         except OSError:
             s.close()
             raise
+        self.info["listeners"].append([role, port])
         return s
 
-    def bind_dp_store(self):
-        ports = list(self.ports)
+    def listen_or_report(self, port, role):
+        """A bind vLLM does not retry: EADDRINUSE is this rank's end."""
+        try:
+            return self.listen(port, role)
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE:
+                raise
+            self.event("eaddrinuse", role, port)
+            return None
+
+    def bind_dp_store(self, pops):
         for _ in range(DP_BIND_ATTEMPTS):
-            if not ports:
+            if not pops:
                 break
-            port = ports.pop()
+            port = pops.pop()
             try:
-                lsock = self.listen(port)
+                lsock = self.listen(port, "dp-store")
                 self.info["bound_port"] = port
                 self.info["bound_t_ms"] = self.ms()
                 return lsock
@@ -205,12 +246,12 @@ class Rank:
                     continue
                 self.serve_one(conn)
 
-    def dial_once(self, port):
+    def dial_once(self, port, host=None):
         """1: right peer, 0: wrong peer, None: nobody there yet (self.last_error)."""
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         s.settimeout(IO_TIMEOUT_S)
         try:
-            s.connect((self.a.peer_host, port))
+            s.connect((host or self.a.peer_host, port))
             s.sendall(("HELLO %d %d %d %s\n" % (self.a.trial, self.a.group,
                                                 self.a.rank, self.token)).encode())
             reply = s.makefile("r").readline()
@@ -228,7 +269,7 @@ class Rank:
         return 0
 
     def dial(self):
-        port = self.ports[-1]
+        port = self.ports[-2]          # the first DP pop: the API server took the last
         first, attempts, self.last_error = self.ms(), 0, ""
         while time.monotonic() < self.deadline:
             attempts += 1
@@ -238,25 +279,36 @@ class Rank:
         self.event("timeout", "dial", port, "%d attempts from %d ms, last: %s"
                    % (attempts, first, self.last_error))
 
-    def engine_core(self, tp_port):
+    def engine_core_moe(self):
         time.sleep(random.uniform(0, self.a.delay_max_ms / 1000.0))
-        dp = self.bind_dp_store() if self.a.rank == 0 else None
-        if self.a.rank == 0 and dp is None:
-            self.event("timeout", "dp-store", detail="no port left to bind")
-        try:
-            tp = self.listen(tp_port)
-        except OSError as e:
-            if e.errno != errno.EADDRINUSE:
-                raise
-            self.event("eaddrinuse", "tp-store", tp_port)
-            tp = None
-        if dp is not None:
-            self.serve(dp)
-            dp.close()
-        elif self.a.rank > 0:
+        if self.a.rank > 0:
             self.dial()
-        if tp is not None:
-            tp.close()
+            return
+        pops = list(self.ports)
+        pops.pop()                     # the API server's data_parallel_master_port
+        dp = self.bind_dp_store(pops)
+        if dp is None:
+            self.event("timeout", "dp-store", detail="no port left to bind")
+            return
+        world = self.listen_or_report(pops.pop(), "world-store") if pops else None
+        self.serve(dp)
+        dp.close()
+        if world is not None:
+            world.close()
+
+    def engine_core_dense(self, port):
+        """The world store, and its worker's check that it reached it."""
+        time.sleep(random.uniform(0, self.a.delay_max_ms / 1000.0))
+        lsock = self.listen_or_report(port, "world-store")
+        if lsock is None:
+            return
+        self.secret = "%016x" % random.getrandbits(64)
+        threading.Thread(target=lambda: self.serve_one(lsock.accept()[0]), daemon=True).start()
+        if self.dial_once(port, "127.0.0.1") is None:
+            self.event("timeout", "dial", port, self.last_error)
+        # The store lives as long as the engine: to the end of its window.
+        time.sleep(max(0.0, self.deadline - time.monotonic()))
+        lsock.close()
 
     def result_path(self, rank):
         return os.path.join(self.a.dir, "result-g%d-r%d.json" % (self.a.group, rank))
@@ -273,11 +325,33 @@ class Rank:
             f.write("\n")
         os.rename(tmp, path)
 
+    def fork_engine_core(self, body):
+        pid = os.fork()
+        if pid == 0:
+            code = 2
+            try:
+                body()
+                self.write_result()
+                code = 1 if self.events else 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status) if status else 0
+
     def run(self):
         vllm_port = int(os.environ.get("VLLM_PORT", "19500"))
         own = get_open_ports_list(vllm_port, PORT_LIST_LEN)
+        if self.a.model == "dense":
+            self.ports = own
+            port = self.tp_port = get_open_port(vllm_port)
+            return self.fork_engine_core(lambda: self.engine_core_dense(port))
+        rpc = None
         if self.a.rank == 0:
             self.ports = own
+            rpc = self.listen_or_report(rpc_port(self.a.rpc_port), "dp-rpc")
+            if rpc is None:
+                self.write_result()
+                return 1
             self.publish()
             # serve until the last rank, which may bind late, had its window
             self.deadline = time.monotonic() + (self.a.timeout_ms
@@ -285,18 +359,13 @@ class Rank:
         elif not self.read_broadcast():
             self.write_result()
             return 1
-        tp_port = self.tp_port = get_open_port(vllm_port)
-        pid = os.fork()
-        if pid == 0:
-            code = 2
-            try:
-                self.engine_core(tp_port)
-                self.write_result()
-                code = 1 if self.events else 0
-            finally:
-                os._exit(code)
-        _, status = os.waitpid(pid, 0)
-        return os.waitstatus_to_exitcode(status) if status else 0
+        # the executor's scan: with DP > 1 its port is replaced by a pop
+        self.tp_port = get_open_port(vllm_port)
+        try:
+            return self.fork_engine_core(self.engine_core_moe)
+        finally:
+            if rpc is not None:
+                rpc.close()
 
 
 def main():
@@ -309,6 +378,9 @@ def main():
     p.add_argument("--peer-host", default="127.0.0.1", help="rank 0's address")
     p.add_argument("--delay-max-ms", type=int, default=300)
     p.add_argument("--timeout-ms", type=int, default=800)
+    p.add_argument("--model", choices=("moe", "dense"), default="moe")
+    p.add_argument("--rpc-port", type=int, default=DP_RPC_DEFAULT,
+                   help="--data-parallel-rpc-port without RDZV_VLLM_ARGS")
     return Rank(p.parse_args()).run()
 
 

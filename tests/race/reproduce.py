@@ -7,6 +7,9 @@ Topologies:
   shared  all Pods share this network namespace (hostNetwork, one node)
   netns   one network namespace per Pod, veth pairs on a bridge in a namespace
           of its own, rdzvd in another (needs root and `ip netns`)
+Models (--model): moe, where rank 0 hosts the DP group's stores and its
+front end the DP RPC port (several deployments in one namespace race);
+dense, where every Pod hosts its own world store (Pods in one namespace race).
 Modes:
   bare    the engines alone, all with the same VLLM_PORT
   rdzv    rdzvd plus one `rdzv agent` per Pod running the engine under the
@@ -33,8 +36,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import rdzvtest  # noqa: E402
 from rdzvtest import Fail, Skip  # noqa: E402
 
-KINDS = ("eaddrinuse", "wrong_peer", "timeout", "no_result", "off_plan", "leftover",
-         "server", "reserve_blocked")
+KINDS = ("eaddrinuse", "wrong_peer", "timeout", "no_result", "off_plan", "role_clash",
+         "leftover", "server", "reserve_blocked")
 NS_PREFIX = "rdzvrace"
 NET_PREFIX = "10.213"          # only inside namespaces this harness creates
 SERVER_ADDR = NET_PREFIX + ".0.1"
@@ -261,7 +264,8 @@ class Harness:
         return cmd + ["--trial", str(trial), "--group", str(g), "--rank", str(r),
                       "--world", str(a.ranks), "--dir", tdir, "--peer-host", peer,
                       "--delay-max-ms", str(a.delay_max_ms),
-                      "--timeout-ms", str(a.timeout_ms)]
+                      "--timeout-ms", str(a.timeout_ms), "--model", a.model,
+                      "--rpc-port", str(a.rpc_port + g * a.rpc_port_step)]
 
     def pod_cmd(self, trial, g, r, tdir, net, rdzvd):
         a = self.args
@@ -307,11 +311,11 @@ class Harness:
             except subprocess.TimeoutExpired:
                 s_kill(p)
             self.live.remove(p)
-        events = self.collect(trial, tdir, procs) + s_reap_leftovers(tdir)
+        events = self.collect(trial, tdir, procs, net) + s_reap_leftovers(tdir)
         return events, time.monotonic() - t0
 
-    def collect(self, trial, tdir, procs):
-        events = []
+    def collect(self, trial, tdir, procs, net):
+        events, results = [], {}
         for g, r, p in procs:
             path = os.path.join(tdir, "result-g%d-r%d.json" % (g, r))
             try:
@@ -320,6 +324,7 @@ class Harness:
                 events += [dict(ev, group=g, rank=r, engine=res["engine"])
                            for ev in res["events"]]
                 events += self.check_managed(res, g, r)
+                results[g, r] = res
             except (OSError, ValueError, KeyError):
                 with open(os.path.join(tdir, "pod-g%d-r%d.log" % (g, r))) as f:
                     log = f.read()
@@ -328,6 +333,37 @@ class Harness:
                 kind = "reserve_blocked" if "cannot reserve port" in log else "no_result"
                 events.append({"kind": kind, "what": "pod", "group": g, "rank": r,
                                "detail": "exit %s: %s" % (p.returncode, log[-300:].strip())})
+        return events + self.check_roles(results, net)
+
+    def check_roles(self, results, net):
+        """Under rdzv, no listener may sit on a port the assignments name for
+        another role, in its network namespace: the DP RPC listener on its
+        group's dp_rpc port, every store in the binding rank's probe pool,
+        and no store on any group's store or dp_rpc port."""
+        if self.args.mode != "rdzv":
+            return []
+        ns = (lambda g, r: g * self.args.ranks + r) if net else (lambda g, r: 0)
+        roles = {}
+        for (g, r), res in results.items():
+            named = res.get("named")
+            if named:
+                for role in ("store", "dp_rpc"):     # rank 0's plan holds them
+                    roles[ns(g, 0), named[role]] = (g, role)
+        events = []
+        for (g, r), res in results.items():
+            named = res.get("named") or {}
+            lo, hi = named.get("probe", (0, -1))
+            for role, port in res.get("listeners", []):
+                owner = roles.get((ns(g, r), port))
+                if role == "dp-rpc":
+                    bad = owner != (g, "dp_rpc") and "not its group's dp_rpc port"
+                elif owner:
+                    bad = "group %d's %s port" % owner
+                else:
+                    bad = not lo <= port <= hi and "outside its probe pool %d-%d" % (lo, hi)
+                if bad:
+                    events.append({"kind": "role_clash", "what": role, "group": g, "rank": r,
+                                   "engine": res["engine"], "detail": "port %d: %s" % (port, bad)})
         return events
 
     def check_managed(self, res, g, r):
@@ -336,8 +372,8 @@ class Harness:
         a = self.args
         if a.mode != "rdzv":
             return []
-        off = [p for p in res["ports"] + [res["tp_port"]]
-               if not a.port_base <= p < a.port_limit]
+        chosen = res["ports"] + [res["tp_port"]] + [p for _, p in res.get("listeners", [])]
+        off = [p for p in chosen if not a.port_base <= p < a.port_limit]
         if not off:
             return []
         return [{"kind": "off_plan", "what": "probe", "group": g, "rank": r,
@@ -347,7 +383,7 @@ class Harness:
         a = self.args
         net = rdzvd = None
         stats = self.current = {
-            "mode": a.mode, "topology": topology, "engine": a.engine,
+            "mode": a.mode, "topology": topology, "engine": a.engine, "model": a.model,
             "trials": a.trials, "groups": a.groups, "ranks": a.ranks,
             "failed_trials": 0, "failed_groups": 0,
             "failures": {k: 0 for k in KINDS}, "by_what": {}}
@@ -490,9 +526,9 @@ def s_remove_stale_work():
 
 def s_summary(st):
     f = st["failures"]
-    print("%s/%s: %d of %d trials failed, %d of %d groups (%d groups x %d ranks, "
+    print("%s/%s/%s: %d of %d trials failed, %d of %d groups (%d groups x %d ranks, "
           "%s engines, %d ms a trial): %s"
-          % (st["mode"], st["topology"], st["failed_trials"], st["trials"],
+          % (st["mode"], st["topology"], st["model"], st["failed_trials"], st["trials"],
              st["failed_groups"], st["trials"] * st["groups"], st["groups"],
              st["ranks"], st["engine"], st["trial_ms_mean"],
              ", ".join("%s %d" % (k, f[k]) for k in KINDS)), file=sys.stderr)
@@ -524,12 +560,20 @@ def s_parse_args(argv):
     p.add_argument("--groups", type=int, default=4, help="DP groups a trial")
     p.add_argument("--ranks", type=int, default=2, help="ranks (Pods) a group")
     p.add_argument("--engine", choices=("c", "py", "mixed"), default="mixed")
+    p.add_argument("--model", choices=("moe", "dense"), default="moe",
+                   help="moe: rank 0 hosts the DP stores; dense: every Pod its world store")
     p.add_argument("--engine-c", default=os.environ.get("RACE_ENGINE_C", ""))
     p.add_argument("--engine-py", default=os.path.join(HERE, "engine.py"))
     p.add_argument("--python", default="/usr/bin/python3")
     p.add_argument("--vllm-port", type=int, default=19500, help="bare mode's VLLM_PORT")
+    p.add_argument("--rpc-port", type=int, default=29550,
+                   help="bare mode's --data-parallel-rpc-port (vLLM's default)")
+    p.add_argument("--rpc-port-step", type=int, default=0,
+                   help="bare mode: group g's RPC port is --rpc-port + g * STEP (0: one "
+                        "port for all, as vLLM's default gives)")
     p.add_argument("--delay-max-ms", type=int, default=300,
-                   help="random delay between probe and bind (model loading)")
+                   help="random delay between probe and bind (process start, imports, "
+                        "the handshake)")
     p.add_argument("--timeout-ms", type=int, default=600, help="an engine's deadline")
     p.add_argument("--trial-slack-s", type=float, default=5.0,
                    help="after the deadline, how long before Pods are killed")
@@ -541,8 +585,7 @@ def s_parse_args(argv):
                    help="extra argument for `rdzv agent` (repeatable)")
     p.add_argument("--port-base", type=int, default=20000)
     p.add_argument("--ports-per-rank", type=int, default=32,
-                   help="at least 16: the agent sets VLLM_DP_MASTER_PORT to the plan's "
-                        "first port and get_open_port() skips ten from there")
+                   help="at least 16: the probe pool starts at the plan's tenth port")
     p.add_argument("--port-limit", type=int, default=30000)
     p.add_argument("--rdzvd-restart-every", type=int, default=0,
                    help="restart rdzvd with a fresh state every N trials (0: never)")
