@@ -155,6 +155,8 @@ static char *s_shared_fields(const char *json)
     cJSON_DeleteItemFromObject(a, "rank");
     cJSON_DeleteItemFromObject(a, "local_rank");     /* a rank's own, like its ports */
     cJSON_DeleteItemFromObject(a, "local_world");
+    cJSON_DeleteItemFromObject(a, "group_rank");     /* its node's */
+    cJSON_DeleteItemFromObject(cJSON_GetObjectItem(a, "named_ports"), "probe");
     cJSON_DeleteItemFromObject(a, "ports");
     cJSON_DeleteItemFromObject(a, "port_range");
     char *text = cJSON_PrintUnformatted(a);
