@@ -1,17 +1,27 @@
 /*  One DP rank of a vLLM-like engine, following vLLM's bootstrap-port logic;
-    the C twin of engine.py (same arguments, files and wire protocol).
+    the C twin of engine.py (same arguments, files, wire protocol and result).
 
     The front end probes up from VLLM_PORT with socket/bind(0.0.0.0)/close and
-    no SO_REUSEADDR, collects five ports (get_open_ports_list(5)), rank 0
-    publishes them (the candidate broadcast), and a second scan runs in the
-    gap (the executor's get_open_port() for the TP store).  A forked child
-    ("EngineCore") sleeps a random delay, then binds with SO_REUSEADDR and
-    listens: rank 0 the DP store on the first popped port (retrying on
-    EADDRINUSE with the next, as stateless_init_dp_group() does), every rank
-    its TP store on the second-scan port; rank k > 0 dials rank 0's first
-    popped port and checks with its token that it reached the right group.
-    The child writes one JSON result with failures of kind eaddrinuse,
-    wrong_peer or timeout. */
+    no SO_REUSEADDR and collects five ports (get_open_ports_list(5)), of which
+    the API server pops one that vLLM never listens on.  Then, by --model:
+      moe    rank 0 binds its DP RPC listener (--data-parallel-rpc-port: from
+             RDZV_VLLM_ARGS, else --rpc-port, vLLM's fixed default 29550) and
+             publishes its list (the candidate broadcast); the other ranks
+             read it.  A forked child ("EngineCore") sleeps a random delay
+             (process start, imports, the handshake: all before the model
+             loads), then rank 0 hosts the DP store on the next pop, retrying
+             on EADDRINUSE with the next one as stateless_init_dp_group()
+             does, and global rank 0's world store on the pop after; rank
+             k > 0 dials the first DP pop and checks with its token that it
+             reached its own group's rank 0.
+      dense  no DP group (vLLM runs a dense model with DP size 1 in each
+             engine): the executor's get_open_port() (which skips the ten
+             ports from VLLM_DP_MASTER_PORT) picks this Pod's world store
+             port, EngineCore binds it after the delay and its worker dials it.
+    Listeners bind with SO_REUSEADDR, as TCPStore's do, and each is reported
+    with its role, for the harness to check against the assignment's named
+    ports.  The child writes one JSON result with failures of kind
+    eaddrinuse, wrong_peer or timeout. */
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -34,8 +44,11 @@
 #define DP_BIND_ATTEMPTS  5       /* stateless_init_dp_group() retries */
 #define MAX_PROBES        4096
 #define DP_MASTER_RESERVED 10     /* get_open_port() avoids VLLM_DP_MASTER_PORT + 0..9 */
+#define DP_RPC_DEFAULT    29550   /* vLLM's --data-parallel-rpc-port default */
+#define DP_RPC_FLAG       "--data-parallel-rpc-port"
 #define MAX_RESCANS       64
 #define MAX_EVENTS        32
+#define MAX_LISTENERS     8
 #define POLL_MS           5
 #define PEERS_POLL_MS     50
 #define DIAL_RETRY_MS     10
@@ -55,10 +68,17 @@ typedef struct {
 } race_event_t;
 
 typedef struct {
+    const char *role;             /* dp-rpc, dp-store, world-store */
+    int port;
+} race_listener_t;
+
+typedef struct {
     int trial, group, rank, world;
     const char *dir;
     const char *peer_host;
     int delay_max_ms, timeout_ms;
+    const char *model;            /* moe or dense */
+    int rpc_port;                 /* --rpc-port: without RDZV_VLLM_ARGS */
     double start, deadline;
     char token[17], secret[17];
     int ports[PORT_LIST_LEN];
@@ -70,6 +90,10 @@ typedef struct {
     long bound_t_ms;
     long long unix_start_ms;
     int last_error;               /* errno of the last failed dial */
+    race_listener_t listeners[MAX_LISTENERS];
+    int n_listeners;
+    bool named;                   /* the assignment's named ports (rdzv mode) */
+    int named_store, named_dp_rpc, probe_lo, probe_hi;
 } race_rank_t;
 
 static double s_now(void)
@@ -170,6 +194,47 @@ static int s_get_open_port(int start)
     return -1;
 }
 
+/*  --data-parallel-rpc-port as a launch script passes it: the value after
+    the flag in the assignment's RDZV_VLLM_ARGS under rdzv, else GIVEN
+    (vLLM's default when the operator sets none). */
+static int s_rpc_port(int given)
+{
+    const char *env = getenv("RDZV_VLLM_ARGS");
+    if (!env)
+        return given;
+    char *words = strdup(env), *save = NULL, *prev = NULL;
+    int port = given;
+    if (!words)
+        return given;
+    for (char *w = strtok_r(words, " \t\n\r\f\v", &save); w;
+         prev = w, w = strtok_r(NULL, " \t\n\r\f\v", &save))
+        if (prev && strcmp(prev, DP_RPC_FLAG) == 0) {
+            port = atoi(w);
+            break;
+        }
+    free(words);
+    return port;
+}
+
+/*  The assignment's named ports, for the harness's role check; none in bare
+    mode, where no RDZV_PORT_STORE is set.  A missing RDZV_PORT_DP_RPC (the
+    agent names none for a group without DP RPC) is written as null. */
+static void s_named_ports(race_rank_t *self)
+{
+    const char *store = getenv("RDZV_PORT_STORE");
+    if (!store)
+        return;
+    const char *dp_rpc = getenv("RDZV_PORT_DP_RPC");
+    const char *probe = getenv("RDZV_PORT_PROBE");
+    self->named = true;
+    self->named_store = atoi(store);
+    self->named_dp_rpc = dp_rpc ? atoi(dp_rpc) : -1;
+    if (!probe || sscanf(probe, "%d-%d", &self->probe_lo, &self->probe_hi) != 2) {
+        self->probe_lo = 0;
+        self->probe_hi = -1;      /* an empty pool: every store reads as outside */
+    }
+}
+
 /*  With VLLM_PORT set: consecutive hits of one scan (no VLLM_DP_MASTER_PORT
     check), put in the order CPython's list(set(...))
     gives five small ints: by value modulo the table size, ties in order. */
@@ -251,9 +316,10 @@ static bool s_read_broadcast(race_rank_t *self)
     return false;
 }
 
-/*  A listener as PyTorch's TCPStore makes it: SO_REUSEADDR, bind, listen.
-    Returns the fd, or -1 with errno set. */
-static int s_listen(int port)
+/*  A listener as PyTorch's TCPStore makes it: SO_REUSEADDR, bind, listen;
+    recorded with its ROLE for the result.  Returns the fd, or -1 with errno
+    set. */
+static int s_listen(race_rank_t *self, int port, const char *role)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd == -1)
@@ -268,15 +334,31 @@ static int s_listen(int port)
         errno = saved;
         return -1;
     }
+    if (self->n_listeners < MAX_LISTENERS)
+        self->listeners[self->n_listeners++] = (race_listener_t) { role, port };
     return fd;
 }
 
-static int s_bind_dp_store(race_rank_t *self)
+/*  A bind vLLM does not retry: EADDRINUSE is this rank's end.  Returns the
+    fd, or -1 with the failure recorded as an event. */
+static int s_listen_or_report(race_rank_t *self, int port, const char *role)
 {
-    int left = PORT_LIST_LEN;
-    for (int attempt = 0; attempt < DP_BIND_ATTEMPTS && left > 0; attempt++) {
-        int port = self->ports[--left];
-        int fd = s_listen(port);
+    int fd = s_listen(self, port, role);
+    if (fd == -1 && errno == EADDRINUSE)
+        s_event(self, "eaddrinuse", role, port, NULL);
+    else
+    if (fd == -1)
+        s_event(self, "timeout", role, port, "bind: %s", strerror(errno));
+    return fd;
+}
+
+/*  Pops from the end of POPS (*N of them), as stateless_init_dp_group()
+    takes its ports, until one binds. */
+static int s_bind_dp_store(race_rank_t *self, const int *pops, int *n)
+{
+    for (int attempt = 0; attempt < DP_BIND_ATTEMPTS && *n > 0; attempt++) {
+        int port = pops[--*n];
+        int fd = s_listen(self, port, "dp-store");
         if (fd != -1) {
             self->bound_port = port;
             self->bound_t_ms = s_ms(self);
@@ -369,11 +451,12 @@ static void s_serve(race_rank_t *self, int lfd)
     }
 }
 
-/*  1: right peer, 0: wrong peer, -1: nobody there (yet). */
-static int s_dial_once(race_rank_t *self, int port)
+/*  Dials HOST:PORT once.  1: right peer, 0: wrong peer, -1: nobody there
+    (yet), with self->last_error. */
+static int s_dial_once(race_rank_t *self, int port, const char *host)
 {
     struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port) };
-    if (inet_pton(AF_INET, self->peer_host, &sa.sin_addr) != 1)
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
         return -1;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd == -1)
@@ -406,11 +489,12 @@ static int s_dial_once(race_rank_t *self, int port)
 
 static void s_dial(race_rank_t *self)
 {
-    int port = self->ports[PORT_LIST_LEN - 1], attempts = 0;
+    /* the first DP pop: the API server took the last */
+    int port = self->ports[PORT_LIST_LEN - 2], attempts = 0;
     long first = s_ms(self);
     while (s_now() < self->deadline) {
         attempts++;
-        if (s_dial_once(self, port) >= 0)
+        if (s_dial_once(self, port, self->peer_host) >= 0)
             return;
         s_sleep_ms(DIAL_RETRY_MS);
     }
@@ -418,28 +502,85 @@ static void s_dial(race_rank_t *self)
             attempts, first, self->last_error ? strerrorname_np(self->last_error) : "");
 }
 
-static void s_engine_core(race_rank_t *self, int tp_port)
+static void s_delay(race_rank_t *self)
 {
     if (self->delay_max_ms > 0)
         s_sleep_ms((long) (s_random64() % (uint64_t) (self->delay_max_ms + 1)));
-    int dp = -1;
-    if (self->rank == 0 && (dp = s_bind_dp_store(self)) == -1)
-        s_event(self, "timeout", "dp-store", 0, "no port left to bind");
-    int tp = s_listen(tp_port);
-    if (tp == -1 && errno == EADDRINUSE)
-        s_event(self, "eaddrinuse", "tp-store", tp_port, NULL);
-    else
-    if (tp == -1)
-        s_event(self, "timeout", "tp-store", tp_port, "bind: %s", strerror(errno));
-    if (dp != -1) {
-        s_serve(self, dp);
-        close(dp);
-    }
-    else
-    if (self->rank > 0)
+}
+
+static void s_engine_core_moe(race_rank_t *self)
+{
+    s_delay(self);
+    if (self->rank > 0) {
         s_dial(self);
-    if (tp != -1)
-        close(tp);
+        return;
+    }
+    int pops[PORT_LIST_LEN], n = PORT_LIST_LEN;
+    memcpy(pops, self->ports, sizeof pops);
+    n--;                          /* the API server's data_parallel_master_port */
+    int dp = s_bind_dp_store(self, pops, &n);
+    if (dp == -1) {
+        s_event(self, "timeout", "dp-store", 0, "no port left to bind");
+        return;
+    }
+    int world = n > 0 ? s_listen_or_report(self, pops[--n], "world-store") : -1;
+    s_serve(self, dp);
+    close(dp);
+    if (world != -1)
+        close(world);
+}
+
+/*  The serving side of the dense world store: the first connection that
+    comes before the deadline.  Runs in a child of EngineCore, so that the
+    worker's dial and the store's reply happen at once; the exit status
+    carries the count back: 1 a peer of ours, 2 a foreign one, 0 none.  No
+    close() of the listener: it stays the parent's to close. */
+static void s_serve_first(race_rank_t *self, int lfd)
+{
+    int left_ms = (int) ((self->deadline - s_now()) * 1000);
+    struct pollfd pfd = { .fd = lfd, .events = POLLIN };
+    if (left_ms > 0 && poll(&pfd, 1, left_ms) == 1) {
+        int conn = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (conn != -1)
+            s_serve_one(self, conn);
+    }
+    _exit(self->peers_ok ? 1 : self->foreign_peers ? 2 : 0);
+}
+
+/*  The world store, and its worker's check that it reached it. */
+static void s_engine_core_dense(race_rank_t *self)
+{
+    int port = self->tp_port;
+    s_delay(self);
+    int lfd = s_listen_or_report(self, port, "world-store");
+    if (lfd == -1)
+        return;
+    snprintf(self->secret, sizeof self->secret, "%016" PRIx64, s_random64());
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0)
+        s_serve_first(self, lfd);
+    if (pid == -1)
+        s_event(self, "timeout", "dial", port, "fork: %s", strerror(errno));
+    else
+    if (s_dial_once(self, port, "127.0.0.1") == -1)
+        s_event(self, "timeout", "dial", port, "%s",
+                self->last_error ? strerrorname_np(self->last_error) : "");
+    /* the store lives as long as the engine: to the end of its window */
+    long left_ms = (long) ((self->deadline - s_now()) * 1000);
+    if (left_ms > 0)
+        s_sleep_ms(left_ms);
+    close(lfd);
+    if (pid != -1) {
+        int status;
+        while (waitpid(pid, &status, 0) == -1 && errno == EINTR)
+            ;
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 1)
+            self->peers_ok++;
+        else
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 2)
+            self->foreign_peers++;
+    }
 }
 
 static void s_json_string(FILE *f, const char *s)
@@ -479,17 +620,50 @@ static int s_write_result(const race_rank_t *self)
         fprintf(f, ", \"t_ms\": %ld}", ev->t_ms);
     }
     fprintf(f, "], \"foreign_peers\": %d, \"peers_ok\": %d, \"bound_port\": %d, "
-               "\"bound_t_ms\": %ld}\n",
+               "\"bound_t_ms\": %ld, \"listeners\": [",
             self->foreign_peers, self->peers_ok, self->bound_port, self->bound_t_ms);
+    for (int i = 0; i < self->n_listeners; i++)
+        fprintf(f, "%s[\"%s\", %d]", i ? ", " : "",
+                self->listeners[i].role, self->listeners[i].port);
+    fprintf(f, "], \"named\": ");
+    if (!self->named)
+        fprintf(f, "null");
+    else
+    if (self->named_dp_rpc < 0)
+        fprintf(f, "{\"store\": %d, \"dp_rpc\": null, \"probe\": [%d, %d]}",
+                self->named_store, self->probe_lo, self->probe_hi);
+    else
+        fprintf(f, "{\"store\": %d, \"dp_rpc\": %d, \"probe\": [%d, %d]}",
+                self->named_store, self->named_dp_rpc, self->probe_lo, self->probe_hi);
+    fprintf(f, ", \"model\": \"%s\"}\n", self->model);
     if (fclose(f) != 0)
         return -1;
     return rename(tmp, path);
 }
 
+/*  Runs BODY in a forked child (EngineCore), which writes the result; the
+    child's exit status is this process's. */
+static int s_fork_engine_core(race_rank_t *self, void (*body)(race_rank_t *))
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == -1)
+        return 2;
+    if (pid == 0) {
+        body(self);
+        _exit(s_write_result(self) != 0 ? 2 : self->n_events ? 1 : 0);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) == -1 && errno == EINTR)
+        ;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 2;
+}
+
 static void s_usage(void)
 {
     fprintf(stderr, "usage: rdzv-race-engine --trial T --group G --rank R --world N "
-                    "--dir DIR [--peer-host ADDR] [--delay-max-ms MS] [--timeout-ms MS]\n");
+                    "--dir DIR [--peer-host ADDR] [--delay-max-ms MS] [--timeout-ms MS] "
+                    "[--model moe|dense] [--rpc-port PORT]\n");
 }
 
 static int s_parse_args(race_rank_t *self, int argc, char **argv)
@@ -503,12 +677,16 @@ static int s_parse_args(race_rank_t *self, int argc, char **argv)
         { "peer-host", required_argument, NULL, 'p' },
         { "delay-max-ms", required_argument, NULL, 'D' },
         { "timeout-ms", required_argument, NULL, 'T' },
+        { "model", required_argument, NULL, 'm' },
+        { "rpc-port", required_argument, NULL, 'P' },
         { NULL, 0, NULL, 0 }
     };
     self->trial = self->group = self->rank = self->world = -1;
     self->peer_host = "127.0.0.1";
     self->delay_max_ms = 300;
     self->timeout_ms = 800;
+    self->model = "moe";
+    self->rpc_port = DP_RPC_DEFAULT;
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -520,11 +698,14 @@ static int s_parse_args(race_rank_t *self, int argc, char **argv)
             case 'p': self->peer_host = optarg; break;
             case 'D': self->delay_max_ms = atoi(optarg); break;
             case 'T': self->timeout_ms = atoi(optarg); break;
+            case 'm': self->model = optarg; break;
+            case 'P': self->rpc_port = atoi(optarg); break;
             default: return -1;
         }
     }
     if (self->trial < 0 || self->group < 0 || self->rank < 0 || self->world < 1
-    ||  self->rank >= self->world || !self->dir || self->delay_max_ms < 0)
+    ||  self->rank >= self->world || !self->dir || self->delay_max_ms < 0
+    ||  (strcmp(self->model, "moe") != 0 && strcmp(self->model, "dense") != 0))
         return -1;
     return 0;
 }
@@ -544,34 +725,39 @@ int main(int argc, char **argv)
     self->deadline = self->start + self->timeout_ms / 1000.0;
     self->bound_t_ms = -1;
     snprintf(self->token, sizeof self->token, "%016" PRIx64, s_random64());
+    s_named_ports(self);
     const char *env = getenv("VLLM_PORT");
     int vllm_port = env ? atoi(env) : 19500;
     int own[PORT_LIST_LEN];
     if (s_get_open_ports_list(vllm_port, own) == -1)
         return 2;
+    if (strcmp(self->model, "dense") == 0) {
+        memcpy(self->ports, own, sizeof own);
+        if ((self->tp_port = s_get_open_port(vllm_port)) == -1)
+            return 2;
+        return s_fork_engine_core(self, s_engine_core_dense);
+    }
+    int rpc = -1;
     if (self->rank == 0) {
         memcpy(self->ports, own, sizeof own);
-        if (s_publish(self) == -1)
+        rpc = s_listen_or_report(self, s_rpc_port(self->rpc_port), "dp-rpc");
+        if (rpc == -1)
+            return s_write_result(self) == 0 ? 1 : 2;
+        if (s_publish(self) == -1) {
+            close(rpc);
             return 2;
+        }
         /* serve until the last rank, which may bind late, had its window */
         self->deadline = s_now() + (self->timeout_ms + self->delay_max_ms) / 1000.0;
     }
     else
     if (!s_read_broadcast(self))
         return s_write_result(self) == 0 ? 1 : 2;
-    int tp_port = self->tp_port = s_get_open_port(vllm_port);
-    if (tp_port == -1)
-        return 2;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid == -1)
-        return 2;
-    if (pid == 0) {
-        s_engine_core(self, tp_port);
-        _exit(s_write_result(self) != 0 ? 2 : self->n_events ? 1 : 0);
-    }
-    int status;
-    while (waitpid(pid, &status, 0) == -1 && errno == EINTR)
-        ;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 2;
+    /* the executor's scan: with DP > 1 its port is replaced by a pop */
+    self->tp_port = s_get_open_port(vllm_port);
+    int rc = self->tp_port == -1 ? 2 : s_fork_engine_core(self, s_engine_core_moe);
+    /* the front end holds the DP RPC port until its EngineCore is gone */
+    if (rpc != -1)
+        close(rpc);
+    return rc;
 }
