@@ -3,7 +3,6 @@
  * port plan or master address. */
 #include "assignment.h"
 
-#include "env_text.h"
 #include "rdzv_private.h"
 #include "rdzv_proto.h"
 #include "rdzv_util.h"
@@ -18,31 +17,6 @@
 
 #define S_PORT_MIN 1
 #define S_PORT_MAX 65535
-
-typedef struct {
-    char *host;
-    char *node;
-} s_member_t;
-
-struct rdzv_assignment {
-    char *group;
-    int64_t epoch;
-    int rank;
-    int world;
-    char *master_addr;
-    int master_port;
-    int local_rank, local_world;    /* -1, 0: an rdzvd that does not send them */
-    int group_rank, group_world;    /* -1, 0: likewise */
-    int store_port, dp_rpc_port;    /* the named ports; dp_rpc 0: an older rdzvd */
-    int probe_lo, probe_hi;         /* this rank's probe pool, VLLM_PORT its first */
-    int *ports;
-    size_t port_count;
-    char *nccl_hex;             /* NULL: the group has no NCCL ID; else nccl_ids[0] */
-    char **nccl_ids;            /* every ID of the epoch, nccl_count entries */
-    size_t nccl_count;
-    s_member_t *members;        /* indexed by rank, world entries */
-    char *json;
-};
 
 /* An integral JSON number in [min, max] into *out; false otherwise. */
 static bool s_int_in(const cJSON *item, int64_t min, int64_t max, int64_t *out)
@@ -192,7 +166,7 @@ static bool s_parse_members(rdzv_assignment_t *self, const cJSON *obj)
         if (!cJSON_IsObject(m) || !s_field_int(m, "rank", 0, self->world - 1, &rank)
             || self->members[rank].host)
             return false;
-        s_member_t *slot = &self->members[rank];
+        rdzv_assignment_member_t *slot = &self->members[rank];
         if (!s_field_str(m, "host", rdzv_text_valid, &slot->host)
             || !s_field_str(m, "node", rdzv_text_valid, &slot->node))
             return false;
@@ -404,152 +378,4 @@ RDZV_EXPORT const char *rdzv_assignment_member_node(const rdzv_assignment_t *sel
 RDZV_EXPORT const char *rdzv_assignment_json(const rdzv_assignment_t *self)
 {
     return self ? self->json : NULL;
-}
-
-/* The flags of an external-DP `vllm serve` rank: it reads these, not the
- * VLLM_DP_* variables, whenever its command line's DP size is above 1. */
-static int s_write_vllm_args(const rdzv_assignment_t *self, FILE *f)
-{
-    if (self->dp_rpc_port <= 0)
-        return -1;
-    fprintf(f, "--data-parallel-size %d --data-parallel-rank %d --data-parallel-address ",
-            self->world, self->rank);
-    if (rdzv_env_quote(f, self->master_addr) < 0)
-        return -1;
-    return fprintf(f, " --data-parallel-rpc-port %d", self->dp_rpc_port) < 0 ? -1 : 0;
-}
-
-/* Runs write into a malloc'd string; NULL when it fails. */
-static char *s_text(const rdzv_assignment_t *self, int (*write)(const rdzv_assignment_t *, FILE *))
-{
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f)
-        return NULL;
-    int rc = write(self, f);
-    if (fclose(f) != 0 || rc < 0) {
-        free(text);
-        return NULL;
-    }
-    return text;
-}
-
-RDZV_EXPORT char *rdzv_assignment_vllm_args(const rdzv_assignment_t *self)
-{
-    return self ? s_text(self, s_write_vllm_args) : NULL;
-}
-
-typedef struct {
-    FILE *f;
-    int rc;
-} s_env_t;
-
-static void s_put(s_env_t *e, const char *key, const char *value)
-{
-    if (e->rc == 0 && rdzv_env_put(e->f, key, value, false) < 0)
-        e->rc = -1;
-}
-
-static void s_put_int(s_env_t *e, const char *key, long long v)
-{
-    char text[24];
-    snprintf(text, sizeof text, "%lld", v);
-    s_put(e, key, text);
-}
-
-/* A comma-separated list into a malloc'd string. */
-static char *s_join_ports(const rdzv_assignment_t *self)
-{
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f)
-        return NULL;
-    for (size_t i = 0; i < self->port_count; i++)
-        fprintf(f, "%s%d", i ? "," : "", self->ports[i]);
-    if (fclose(f) != 0) {
-        free(text);
-        return NULL;
-    }
-    return text;
-}
-
-static char *s_join_ids(const rdzv_assignment_t *self)
-{
-    size_t n = self->nccl_count;
-    char *text = malloc(n * (RDZV_NCCL_ID_HEX + 1) + 1), *p = text;
-    for (size_t i = 0; text && i < n; i++) {
-        if (i)
-            *p++ = ',';
-        memcpy(p, self->nccl_ids[i], RDZV_NCCL_ID_HEX);
-        p += RDZV_NCCL_ID_HEX;
-    }
-    if (text)
-        *p = '\0';
-    return text;
-}
-
-/* rdzv's own names, then torch's and torchrun's, then vLLM's
- * (docs/torchrun-lws.md): MASTER_PORT and VLLM_DP_MASTER_PORT are the
- * group's store, VLLM_PORT starts vLLM's scans in this rank's probe pool. */
-static int s_write_env(const rdzv_assignment_t *self, FILE *f)
-{
-    s_env_t e = { .f = f };
-    char *ports = s_join_ports(self), *ids = s_join_ids(self), *args = NULL;
-    char probe[16];
-    snprintf(probe, sizeof probe, "%d-%d", self->probe_lo, self->probe_hi);
-    if (!ports || !ids)
-        e.rc = -1;
-    s_put(&e, "RDZV_GROUP", self->group);
-    s_put_int(&e, "RDZV_EPOCH", self->epoch);
-    s_put_int(&e, "RDZV_RANK", self->rank);
-    s_put_int(&e, "RDZV_WORLD", self->world);
-    s_put(&e, "RDZV_MASTER_ADDR", self->master_addr);
-    s_put_int(&e, "RDZV_MASTER_PORT", self->master_port);
-    s_put(&e, "RDZV_PORTS", ports ? ports : "");
-    s_put_int(&e, "RDZV_PORT_STORE", self->store_port);
-    if (self->dp_rpc_port > 0)
-        s_put_int(&e, "RDZV_PORT_DP_RPC", self->dp_rpc_port);
-    s_put(&e, "RDZV_PORT_PROBE", probe);
-    s_put(&e, "RDZV_NCCL_UNIQUE_ID", self->nccl_hex ? self->nccl_hex : "");
-    s_put(&e, "RDZV_NCCL_UNIQUE_IDS", ids ? ids : "");
-    if (self->local_world > 0) {
-        s_put_int(&e, "RDZV_LOCAL_RANK", self->local_rank);
-        s_put_int(&e, "RDZV_LOCAL_WORLD", self->local_world);
-    }
-    s_put(&e, "MASTER_ADDR", self->master_addr);
-    s_put_int(&e, "MASTER_PORT", self->store_port);
-    s_put_int(&e, "RANK", self->rank);
-    s_put_int(&e, "WORLD_SIZE", self->world);
-    if (self->local_world > 0) {
-        s_put_int(&e, "LOCAL_RANK", self->local_rank);
-        s_put_int(&e, "LOCAL_WORLD_SIZE", self->local_world);
-    }
-    if (self->group_world > 0) {
-        s_put_int(&e, "GROUP_RANK", self->group_rank);
-        s_put_int(&e, "GROUP_WORLD_SIZE", self->group_world);
-    }
-    s_put_int(&e, "VLLM_PORT", self->probe_lo);
-    s_put_int(&e, "VLLM_DP_RANK", self->rank);
-    s_put_int(&e, "VLLM_DP_SIZE", self->world);
-    s_put(&e, "VLLM_DP_MASTER_IP", self->master_addr);
-    s_put_int(&e, "VLLM_DP_MASTER_PORT", self->store_port);
-    if (self->local_world > 0) {
-        s_put_int(&e, "VLLM_DP_RANK_LOCAL", self->local_rank);
-        s_put_int(&e, "VLLM_DP_SIZE_LOCAL", self->local_world);
-    }
-    if (self->dp_rpc_port > 0 && e.rc == 0 && !(args = rdzv_assignment_vllm_args(self)))
-        e.rc = -1;
-    if (args)
-        s_put(&e, "RDZV_VLLM_ARGS", args);
-    free(args);
-    free(ports);
-    free(ids);
-    return e.rc;
-}
-
-RDZV_EXPORT char *rdzv_assignment_env(const rdzv_assignment_t *self)
-{
-    return self ? s_text(self, s_write_env) : NULL;
 }
