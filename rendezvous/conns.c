@@ -181,10 +181,25 @@ static const char *s_recent_addr(const rdzv_conns_t *self, int fd)
 
 /* A refused handshake, logged at its close, where the peer is known; at
  * most a line every 10 s, saying how many went unlogged since. */
+/* A refusal waits for its connection's close, which names the peer. Past
+ * RDZV_CONNS_REFUSED waiting the oldest is dropped: its close then gets
+ * the next one's reason, as a flood of one cause deserves. */
+static void s_refused(rdzv_conns_t *self, int kind, const char *why)
+{
+    if (self->refused_pending == RDZV_CONNS_REFUSED) {
+        self->refused_head = (self->refused_head + 1) % RDZV_CONNS_REFUSED;
+        self->refused_pending--;
+    }
+    size_t at = (self->refused_head + self->refused_pending++) % RDZV_CONNS_REFUSED;
+    self->refused[at] = (rdzv_conn_refused_t) { .why = why, .kind = kind };
+}
+
 static void s_log_refused(rdzv_conns_t *self, int fd, int64_t now)
 {
-    int k = self->refused_kind;
+    rdzv_conn_refused_t r = self->refused[self->refused_head];
+    self->refused_head = (self->refused_head + 1) % RDZV_CONNS_REFUSED;
     self->refused_pending--;
+    int k = r.kind;
     if (now < self->next_refused_log[k]) {
         self->refused_unlogged[k]++;
         return;
@@ -194,8 +209,7 @@ static void s_log_refused(rdzv_conns_t *self, int fd, int64_t now)
     if (self->refused_unlogged[k])
         snprintf(more, sizeof more, " (%u more like it since the last line)",
                  self->refused_unlogged[k]);
-    rdzv_core_log("refuse", "handshake from %s: %s%s", s_recent_addr(self, fd),
-                  self->refused_why, more);
+    rdzv_core_log("refuse", "handshake from %s: %s%s", s_recent_addr(self, fd), r.why, more);
     self->refused_unlogged[k] = 0;
 }
 
@@ -231,18 +245,14 @@ static void s_on_event(rdzv_conns_t *self, uint16_t event, int32_t value, int64_
         s_on_accepted(self, value, now);
     } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
         /* value: the ZAP status; 400 is a client key not in --clients. */
-        self->refused_pending++;
-        self->refused_kind = 0;
-        self->refused_why = value == 400 ? "its CURVE key is not in --clients (ZAP 400)"
-                                         : "the ZAP handler said no";
+        s_refused(self, 0, value == 400 ? "its CURVE key is not in --clients (ZAP 400)"
+                                        : "the ZAP handler said no");
     } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
-        self->refused_pending++;
-        self->refused_kind = 1;
-        self->refused_why = value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
-                            ? "it does not speak CURVE (no keys, or plaintext)"
-                            : value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
-                            ? "a CURVE message did not decrypt (the client has another server key?)"
-                            : "a ZMTP protocol error";
+        s_refused(self, 1, value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+                           ? "it does not speak CURVE (no keys, or plaintext)"
+                           : value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
+                           ? "a CURVE message did not decrypt (the client has another server key?)"
+                           : "a ZMTP protocol error");
     } else if (event == ZMQ_EVENT_DISCONNECTED) {
         rdzv_core_connections_add(self->core, -1);
         if (self->refused_pending > 0)

@@ -31,14 +31,22 @@ typedef struct {
     char addr[64];
 } rdzv_conn_recent_t;
 
+/* Refused handshakes whose close has not come yet, oldest first: each
+ * close is paired with the oldest, so a burst of one cause does not give
+ * its reason to a refusal of another that came in between. */
+#define RDZV_CONNS_REFUSED 64
+typedef struct {
+    const char *why;
+    int kind;                    /* 0: ZAP said no; 1: the handshake itself failed */
+} rdzv_conn_refused_t;
+
 typedef struct {
     rdzv_core_t *core;
     void *monitor;               /* the monitor's PAIR: events arrive here */
     rdzv_conn_recent_t recent[RDZV_CONNS_RECENT];
     size_t recent_next;
-    int refused_pending;         /* handshakes refused, their close not yet seen */
-    const char *refused_why;
-    int refused_kind;            /* 0: ZAP said no; 1: the handshake itself failed */
+    rdzv_conn_refused_t refused[RDZV_CONNS_REFUSED];   /* a ring */
+    size_t refused_head, refused_pending;
     int64_t next_refused_log[2];
     unsigned refused_unlogged[2];  /* since the last line of that kind */
     long max;                    /* connections of the whole server */

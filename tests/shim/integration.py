@@ -13,6 +13,7 @@ deleted groups), cases_reserve.py (ports already taken when the agent
 reserves) and cases_closed.py (no agent to reach: fail closed); the harness
 is pod.py.
 Exit 0 pass, 1 fail, 77 skip."""
+import signal
 import sys
 
 from cases_leases import (case_close_listener, case_dead_engine_listener, case_exhausted,  # noqa
@@ -88,6 +89,10 @@ CASES = list(POD_CASES) + list(OWN_CASES)
 
 
 def main():
+    # Started under nohup, SIGHUP would be ignored here and in every agent
+    # and CMD (an ignored signal stays ignored across exec): the SIGHUP
+    # case tests the agent, not the terminal.
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     opts = case_options(CASES)
     if opts is None:
         return 0
