@@ -1,15 +1,27 @@
 #!/usr/bin/env python3
-"""examples/python/rdzv.py against a real rdzvd on loopback: ranks joining
-from threads, assignment fields, KV, status, heartbeat, refusals. TAP.
-Needs LIBRDZV (librdzv's path), RDZVD (rdzvd's path) and PYTHONPATH with
-examples/python."""
+"""The rdzv Python package against a real rdzvd on loopback: ranks joining
+from threads, every field of the JSON assignment, KV, status, heartbeat,
+refusals as exceptions with the server's code, `python -m rdzv join`, and
+the torchrun entry point. TAP.
+
+    test_python_package.py --rdzvd PATH [--expect-libdir DIR]
+
+Run from the source tree (PYTHONPATH=python, RDZV_LIBRARY=the built
+librdzv) or, under `env -i`, by a venv's python that has the package
+installed; --expect-libdir then checks where librdzv was found."""
+import argparse
+import importlib.metadata
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import threading
 import time
 
 import rdzv
+import rdzv._library
+from rdzv.errors import ERR_REFUSED, ERR_TIMEOUT, ERR_USAGE
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
 import rdzvtest  # noqa: E402
@@ -25,7 +37,7 @@ def case(fn):
 class Server(rdzvtest.Rdzvd):
     def __init__(self):
         self.tmp = tempfile.TemporaryDirectory()
-        super().__init__(os.environ["RDZVD"], self.tmp.name, "--no-nccl", "--no-fsync")
+        super().__init__(ARGS.rdzvd, self.tmp.name, "--no-nccl", "--no-fsync")
 
     def close(self):
         self.stop()
@@ -66,16 +78,28 @@ def two_ranks_join_from_threads(srv):
     assert (a0.local_rank, a1.local_rank, a0.local_world) == (0, 1, 2), \
         (a0.local_rank, a1.local_rank, a0.local_world)
     got = join_all(srv.endpoint, "py-members", 2, host="127.0.0.1", node="n", members=True)
-    assert got[0].members == [("127.0.0.1", "n"), ("127.0.0.1", "n")], got[0].members
-    assert a0.nccl_id_hex is None and a0.nccl_id is None and a0.nccl_ids_hex == []
+    assert got[0].members == [rdzv.Member(0, "127.0.0.1", "n"), rdzv.Member(1, "127.0.0.1", "n")], \
+        got[0].members
+    assert a0.nccl_unique_id is None and a0.nccl_id is None and a0.nccl_unique_ids == []
     assert a1.env["RDZV_RANK"] == "1" and a1.env["VLLM_PORT"] == str(a1.ports[10])
-    assert (a1.store_port, a1.dp_rpc_port) == (a0.ports[0], a0.ports[1])
-    assert a1.probe_ports == (a1.ports[10], a1.ports[31]), a1.probe_ports
+    assert a1.named_ports == rdzv.NamedPorts(a0.ports[0], a0.ports[1], (a1.ports[10], a1.ports[31]))
     assert (a0.group_rank, a1.group_rank, a1.group_world) == (0, 0, 1)
+    assert a1.port_range is not None and a1.port_range[0] <= a1.ports[0]
     assert a1.vllm_args == ["--data-parallel-size", "2", "--data-parallel-rank", "1",
                             "--data-parallel-address", "127.0.0.1",
                             "--data-parallel-rpc-port", str(a0.ports[1])], a1.vllm_args
     assert '"rank":1' in a1.json
+
+
+@case
+def every_json_field_is_an_attribute(srv):
+    a = join_all(srv.endpoint, "fields", 1, members=True)[0]
+    doc = json.loads(a.json)
+    missing = [k for k in doc if not hasattr(a, k)]
+    assert not missing, "the JSON assignment has fields the dataclass lacks: %s" % missing
+    for k in ("group", "epoch", "rank", "world", "master_addr", "master_port", "ports",
+              "local_rank", "local_world", "group_rank", "group_world"):
+        assert getattr(a, k) == doc[k], (k, getattr(a, k), doc[k])
 
 
 @case
@@ -93,8 +117,8 @@ def kv_put_get_wait(srv):
         try:
             c.kv_get("kv", a.epoch, "missing")
             raise AssertionError("kv_get of a missing key succeeded")
-        except rdzv.RdzvError as e:
-            assert e.result == rdzv.ERR_REFUSED and e.code == "not_found", (e.result, e.code)
+        except rdzv.Refused as e:
+            assert e.result == ERR_REFUSED and e.code == "not_found", (e.result, e.code)
 
 
 @case
@@ -109,7 +133,7 @@ def status_lists_the_group(srv):
         try:
             c.status("st")
             raise AssertionError("status of a deleted group succeeded")
-        except rdzv.RdzvError as e:
+        except rdzv.Refused as e:
             assert e.code == "not_found"
 
 
@@ -146,7 +170,7 @@ def heartbeat_and_stale_epoch(srv):
         try:
             c0.heartbeat("hb", 0, a0.epoch)
             raise AssertionError("heartbeat of a past epoch succeeded")
-        except rdzv.RdzvError as e:
+        except rdzv.Refused as e:
             assert e.code == "stale_epoch", (e.code, str(e))
         again = c0.join("hb", 2, 0, timeout=20)
         t.join(30)
@@ -159,21 +183,20 @@ def refusal_and_timeout(srv):
         try:
             c.join("bad", 2, 5, timeout=5)
             raise AssertionError("rank 5 of 2 joined")
-        except rdzv.RdzvError as e:
-            assert e.result == rdzv.ERR_USAGE and e.result_name == "USAGE", (e.result, str(e))
+        except rdzv.UsageError as e:
+            assert e.result == ERR_USAGE and isinstance(e, ValueError), (e.result, str(e))
         c.join("wm", 1, 0, timeout=5)
         try:
             c.join("wm", 2, 1, timeout=5)
             raise AssertionError("a join with another world size was accepted")
-        except rdzv.RdzvError as e:
-            assert e.result == rdzv.ERR_REFUSED and e.code == "world_mismatch", (e.result, e.code)
-            assert e.result_name == "REFUSED"
+        except rdzv.Refused as e:
+            assert e.result == ERR_REFUSED and e.code == "world_mismatch", (e.result, e.code)
         start = time.time()
         try:
             c.join("alone", 2, 0, timeout=1)
             raise AssertionError("a group of 2 formed with one rank")
-        except rdzv.RdzvError as e:
-            assert e.result == rdzv.ERR_TIMEOUT, (e.result, str(e))
+        except rdzv.Timeout as e:
+            assert e.result == ERR_TIMEOUT and isinstance(e, TimeoutError), (e.result, str(e))
         assert time.time() - start < 10
 
 
@@ -201,11 +224,60 @@ def bad_endpoint_and_closed_client(srv):
     try:
         c.status()
         raise AssertionError("a closed client worked")
-    except rdzv.RdzvError as e:
-        assert e.result == rdzv.ERR_USAGE
+    except rdzv.UsageError as e:
+        assert e.result == ERR_USAGE
+
+
+@case
+def python_m_rdzv_join(srv):
+    run = [sys.executable, "-m", "rdzv", "join", "--server", srv.endpoint, "--host", "127.0.0.1"]
+    out = subprocess.run(run + ["--group", "m", "--world", "1", "--rank", "0",
+                                "--format", "vllm-args"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("--data-parallel-size 1 --data-parallel-rank 0 "), out.stdout
+    out = subprocess.run(run + ["--group", "m", "--world", "1", "--rank", "0", "--", sys.executable,
+                                "-c", "import os; print(os.environ['RDZV_VLLM_ARGS'])"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0 and "--data-parallel-rpc-port" in out.stdout, out
+    env = subprocess.run(run + ["--group", "m", "--world", "1", "--rank", "0", "--format",
+                                "export"], capture_output=True, text=True, timeout=30)
+    sourced = subprocess.run(["sh", "-c", env.stdout + 'printf %s "$RDZV_VLLM_ARGS"'],
+                             capture_output=True, text=True)
+    assert sourced.stdout.startswith("--data-parallel-size 1"), (env.stdout, sourced)
+    out = subprocess.run(run + ["--group", "m", "--world", "2", "--rank", "1", "--timeout", "5"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 4 and "world_mismatch" in out.stderr, out
+
+
+@case
+def torchrun_entry_point(srv):
+    if not ARGS.expect_libdir:
+        raise rdzvtest.Skip("the source tree has no installed metadata")
+    eps = importlib.metadata.entry_points(group="torchrun.handlers")
+    ours = [ep for ep in eps if ep.name == "rdzv"]
+    assert ours and ours[0].value == "rdzv.torchrun:handler_creator", list(eps)
+    creator = ours[0].load()()       # what torchrun registers; imports no torch
+    assert callable(creator) and creator.__name__ == "create_handler", creator
+
+
+@case
+def library_found_where_expected(srv):
+    lib = rdzv._library.load()
+    if ARGS.expect_libdir:
+        assert os.path.dirname(os.path.realpath(lib._name)) == \
+            os.path.realpath(ARGS.expect_libdir), (lib._name, ARGS.expect_libdir)
+        assert "site-packages" in rdzv.__file__, rdzv.__file__
+
+
+ARGS = None
 
 
 def main():
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument("--rdzvd", default=os.environ.get("RDZVD"))
+    p.add_argument("--expect-libdir")
+    ARGS = p.parse_args()
     srv = Server()
     print(f"1..{len(CASES)}")
     failed = 0
@@ -214,6 +286,8 @@ def main():
             try:
                 fn(srv)
                 print(f"ok {i} - {fn.__name__}")
+            except rdzvtest.Skip as e:
+                print(f"ok {i} - {fn.__name__} # SKIP {e}")
             except Exception as e:  # a failing case must not stop the others
                 failed += 1
                 print(f"not ok {i} - {fn.__name__}\n# {type(e).__name__}: {e}")

@@ -1,0 +1,261 @@
+"""A torchrun rendezvous backend: `torchrun --rdzv-backend rdzv
+--rdzv-endpoint rdzvd:29400 --rdzv-id llm --nnodes 2 --nproc-per-node 1
+train.py`.
+
+One rdzv rank per torchrun agent (node); the group is --rdzv-id, its world
+--nnodes (fixed: rdzv has no elastic ranges). The agents' store, which the
+workers share (use_agent_store), is a TCPStore on the store port named in
+rank 0's plan (docs/concepts.md), bound from the assignment to the listen:
+rank 0's handler binds the socket itself (under librdzv_shim.so with an
+`rdzv agent` on the node, the bind receives the agent's reservation) and
+hands it to TCPStore(master_listen_fd=...). MASTER_ADDR and MASTER_PORT
+come from the assignment. When a node restarts, rdzvd moves the group to a
+new epoch; the other agents see it through num_nodes_waiting() and
+rendezvous again, each epoch with a fresh store.
+
+Options (--rdzv-conf KEY=VALUE,...): rank (this node's rank; default
+RDZV_RANK, else the rank this host and node held before, else the first
+rank nobody holds), node (default RDZV_NODE, else the hostname), host
+(default --local-addr, else RDZV_HOST, else the address that routes to
+rdzvd), join_timeout (seconds, default 600), heartbeat (seconds, 5).
+
+This module imports torch only when torchrun asks for the handler, so the
+package works without it.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Any, Callable, Optional
+
+from .client import Client
+from .errors import Refused, Timeout
+
+DEFAULT_JOIN_TIMEOUT_S = 600.0
+DEFAULT_HEARTBEAT_S = 5.0
+CLOSED_KEY = "torchrun/closed"
+
+
+def handler_creator() -> Callable[[Any], Any]:
+    """The `torchrun.handlers` entry point: torchrun calls it with no
+    arguments and registers what it returns as the creator of handlers."""
+    return create_handler
+
+
+def create_handler(params: Any) -> Any:
+    return _handler_class()(params)
+
+
+def _log(msg: str) -> None:
+    print("rdzv torchrun: %s" % msg, file=sys.stderr, flush=True)
+
+
+def _endpoint(params: Any) -> str:
+    ep = params.endpoint or "127.0.0.1:29400"
+    return ep if "://" in ep else "tcp://" + ep
+
+
+def _bound_socket(port: int) -> socket.socket:
+    """The store's socket, bound now: under the shim the bind hands over the
+    agent's reservation; without it SO_REUSEADDR lets a store of the last
+    epoch's TIME_WAIT go."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port))
+    return s
+
+
+def _master_store(TCPStore: Any, addr: str, port: int, world: int,
+                  timeout: datetime.timedelta, fd: int) -> Any:
+    """The store's server on the socket bound for it. A torch whose libuv
+    backend takes no listening descriptor gets the older backend."""
+    try:
+        return TCPStore(addr, port, world, True, timeout, wait_for_workers=False,
+                        master_listen_fd=fd)
+    except (RuntimeError, ValueError, TypeError) as e:
+        _log("TCPStore(master_listen_fd=...) with the default backend failed (%s); "
+             "using use_libuv=False" % e)
+        return TCPStore(addr, port, world, True, timeout, wait_for_workers=False,
+                        master_listen_fd=fd, use_libuv=False)
+
+
+class _Base:
+    """The handler's logic, without torch's base class (see _handler_class)."""
+
+    def __init__(self, params: Any):
+        if params.min_nodes != params.max_nodes:
+            raise ValueError("rdzv's torchrun backend has fixed world sizes: --nnodes %d:%d is "
+                             "an elastic range; give one number (--nnodes %d)"
+                             % (params.min_nodes, params.max_nodes, params.max_nodes))
+        self._params = params
+        self._group = params.run_id
+        self._world = params.max_nodes
+        conf = params.config
+        self._rank_wanted = conf.get("rank", os.environ.get("RDZV_RANK"))
+        self._node = conf.get("node", os.environ.get("RDZV_NODE")) or socket.gethostname()
+        self._host = (params.local_addr or conf.get("host", os.environ.get("RDZV_HOST")))
+        self._join_timeout = float(conf.get("join_timeout", DEFAULT_JOIN_TIMEOUT_S))
+        self._heartbeat_s = float(conf.get("heartbeat", DEFAULT_HEARTBEAT_S))
+        self._endpoint = _endpoint(params)
+        self._client = Client(self._endpoint)
+        self._rank: Optional[int] = None
+        self._assignment = None
+        self._store = None
+        self._listen = None
+        self._closed = False
+        self._moved_on = False
+        self._last_beat = 0.0
+        self._lock = threading.Lock()
+
+    # What torchrun reads of the handler.
+    def get_backend(self) -> str:
+        return "rdzv"
+
+    def get_run_id(self) -> str:
+        return self._group
+
+    @property
+    def use_agent_store(self) -> bool:
+        return True
+
+    def _candidate_ranks(self):
+        """The rank this node asks for, in order: the configured one; else
+        the rank this host and node held (a restarted node gets its place
+        back); else every rank, first free first."""
+        if self._rank is not None:
+            return [self._rank]
+        if self._rank_wanted is not None:
+            return [int(self._rank_wanted)]
+        mine = []
+        try:
+            for g in self._client.status(self._group):
+                for m in g.get("members", []):
+                    if m.get("node") == self._node and (self._host is None
+                                                        or m.get("host") == self._host):
+                        mine.append(m["rank"])
+        except Refused:
+            pass
+        if len(mine) == 1:
+            return mine + [r for r in range(self._world) if r != mine[0]]
+        return list(range(self._world))
+
+    def _join(self):
+        deadline = time.monotonic() + self._join_timeout
+        while True:
+            for rank in self._candidate_ranks():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Timeout("group %s: no rank of %d formed within %g s"
+                                  % (self._group, self._world, self._join_timeout))
+                try:
+                    a = self._client.join(self._group, self._world, rank, host=self._host,
+                                          node=self._node, timeout=left, nccl_id="none")
+                except Refused as e:
+                    if e.code == "rank_taken" and self._rank is None \
+                            and self._rank_wanted is None:
+                        continue            # another node holds it: try the next
+                    raise
+                self._rank = rank
+                return a
+            time.sleep(1.0)          # every rank held: wait for a holder to go quiet
+
+    def next_rendezvous(self):
+        from torch.distributed import PrefixStore, TCPStore
+        from torch.distributed.elastic.rendezvous import (RendezvousClosedError,
+                                                          RendezvousInfo,
+                                                          RendezvousTimeoutError)
+        from torch.distributed.elastic.rendezvous.api import RendezvousStoreInfo
+        if self.is_closed():
+            raise RendezvousClosedError("group %s is closed" % self._group)
+        self._drop_store()
+        try:
+            a = self._join()
+        except Timeout as e:
+            raise RendezvousTimeoutError(str(e)) from e
+        self._assignment, self._moved_on = a, False
+        port = a.named_ports.store
+        timeout = datetime.timedelta(seconds=self._join_timeout)
+        if a.rank == 0:
+            self._listen = _bound_socket(port)
+            store = _master_store(TCPStore, a.master_addr, port, self._world, timeout,
+                                  self._listen.fileno())
+        else:
+            store = TCPStore(a.master_addr, port, self._world, False, timeout)
+        self._store = store
+        _log("group %s epoch %d: rank %d of %d, store %s:%d" % (a.group, a.epoch, a.rank,
+                                                                 a.world, a.master_addr, port))
+        # Keys of one epoch never meet another's, though the port stays.
+        prefixed = PrefixStore("rdzv/epoch%d" % a.epoch, store)
+        return RendezvousInfo(prefixed, a.rank, a.world, RendezvousStoreInfo(a.master_addr, port))
+
+    def _drop_store(self):
+        self._store = None
+        if self._listen is not None:
+            self._listen.close()
+            self._listen = None
+
+    def _beat(self, force: bool = False) -> None:
+        """A heartbeat at most every few seconds: rdzvd shows the rank alive,
+        and says whether the group moved on (a node restarted)."""
+        a = self._assignment
+        now = time.monotonic()
+        if a is None or self._moved_on or (not force and now - self._last_beat < 1.0):
+            return
+        with self._lock:
+            self._last_beat = now
+            try:
+                current = self._client.heartbeat(a.group, a.rank, a.epoch)
+                self._moved_on = current > a.epoch
+            except Refused as e:
+                if e.code in ("stale_epoch", "not_found"):
+                    self._moved_on = True
+
+    def num_nodes_waiting(self) -> int:
+        self._beat()
+        return 1 if self._moved_on else 0
+
+    def is_closed(self) -> bool:
+        if self._closed:
+            return True
+        a = self._assignment
+        if a is None:
+            return False
+        try:
+            self._closed = self._client.kv_get(a.group, a.epoch, CLOSED_KEY) == "1"
+        except Refused:
+            pass
+        return self._closed
+
+    def set_closed(self) -> None:
+        self._closed = True
+        a = self._assignment
+        if a is not None:
+            try:
+                self._client.kv_put(a.group, a.epoch, CLOSED_KEY, "1")
+            except Refused:
+                pass
+
+    def shutdown(self) -> bool:
+        self._drop_store()
+        self._client.close()
+        return True
+
+
+_CLASS = None
+
+
+def _handler_class():
+    """RdzvRendezvousHandler, made on first use so that torch is imported
+    only by torchrun."""
+    global _CLASS
+    if _CLASS is None:
+        from torch.distributed.elastic.rendezvous import RendezvousHandler
+
+        class RdzvRendezvousHandler(_Base, RendezvousHandler):
+            """rdzv as a torchrun rendezvous backend (module rdzv.torchrun)."""
+        _CLASS = RdzvRendezvousHandler
+    return _CLASS
