@@ -260,6 +260,62 @@ def torchrun_entry_point(srv):
     assert callable(creator) and creator.__name__ == "create_handler", creator
 
 
+def handler(srv, node, world=2, min_nodes=None, **conf):
+    """The torchrun handler's logic (rdzv.torchrun._Base: everything but
+    torch's base class and the store) for one node."""
+    import types
+    import rdzv.torchrun
+    params = types.SimpleNamespace(
+        backend="rdzv", endpoint=srv.endpoint.replace("tcp://", ""), run_id="trun",
+        min_nodes=world if min_nodes is None else min_nodes, max_nodes=world,
+        local_addr="127.0.0.1", config=dict(conf, node=node, join_timeout="20"))
+    return rdzv.torchrun._Base(params)
+
+
+@case
+def torchrun_handler_ranks_and_restart(srv):
+    """Without torch: two nodes take ranks by themselves; a node restarted
+    gets its rank back and moves the group to a new epoch, which the other
+    node's num_nodes_waiting() reports."""
+    try:
+        handler(srv, "x", world=4, min_nodes=1)
+        raise AssertionError("an elastic range was accepted")
+    except ValueError as e:
+        assert "fixed world sizes" in str(e) and "--nnodes 4" in str(e), str(e)
+    a, b = handler(srv, "node-a"), handler(srv, "node-b")
+    got = {}
+    threads = [threading.Thread(target=lambda h=h, n=n: got.update({n: h._join()}))
+               for n, h in (("a", a), ("b", b))]
+    for t in threads:
+        t.start()
+        time.sleep(0.3)          # a first: it takes rank 0, b gets rank_taken and rank 1
+    for t in threads:
+        t.join(30)
+    assert sorted(x.rank for x in got.values()) == [0, 1], got
+    assert got["a"].epoch == got["b"].epoch == 1
+    assert got["a"].named_ports.store == got["b"].named_ports.store
+    a._assignment = got["a"]
+    assert a.num_nodes_waiting() == 0
+    b.shutdown()                                    # node b's process is gone
+    b2 = handler(srv, "node-b")                     # and starts again
+    again = {}
+    t = threading.Thread(target=lambda: again.update(b=b2._join()))
+    t.start()
+    deadline = time.time() + 10
+    while a.num_nodes_waiting() == 0 and time.time() < deadline:
+        time.sleep(0.2)
+    assert a.num_nodes_waiting() == 1, "the survivor did not see the new epoch"
+    again["a"] = a._join()
+    t.join(30)
+    assert again["b"].rank == got["b"].rank and again["a"].rank == got["a"].rank, (got, again)
+    assert again["a"].epoch == again["b"].epoch == 2, again
+    a._assignment = again["a"]
+    a.set_closed()
+    assert a.is_closed() and handler(srv, "node-c").is_closed() is False
+    a.shutdown()
+    b2.shutdown()
+
+
 @case
 def library_found_where_expected(srv):
     lib = rdzv._library.load()
