@@ -1,20 +1,22 @@
 """Records, at build time, the libdir where pkg-config finds librdzv
 (`pkg-config --variable=libdir rdzv`), so that `import rdzv` needs no
 environment variable later. Everything else is in pyproject.toml."""
+import importlib.util
 import os
-import subprocess
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
 
 def s_libdir():
-    try:
-        out = subprocess.run(["pkg-config", "--variable=libdir", "rdzv"], capture_output=True,
-                             text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-    return out or None
+    """The package's own question to pkg-config (rdzv/_library.py), loaded
+    by path: the package is not importable before it is built."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location("_rdzv_library",
+                                                  os.path.join(here, "rdzv", "_library.py"))
+    lib = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lib)
+    return lib.pkg_config_libdir()
 
 
 class BuildPy(build_py):

@@ -15,14 +15,9 @@ from .errors import RdzvError, Refused, Timeout, UsageError
 EXIT_ERROR, EXIT_USAGE, EXIT_TIMEOUT, EXIT_REFUSED = 1, 2, 3, 4
 
 
-def _quote(value: str, always: bool) -> str:
-    """As librdzv writes the env text: plain when a shell would not misread it."""
-    plain = value and all(c.isalnum() or c in "_@%+=:,./-" for c in value)
-    return value if plain and not always else "'" + value.replace("'", "'\\''") + "'"
-
-
 def _env_lines(env: dict, export: bool) -> str:
-    return "".join("%s%s=%s\n" % ("export " if export else "", k, _quote(v, export))
+    """KEY=VALUE lines a shell can source (a value quoted when it needs it)."""
+    return "".join("%s%s=%s\n" % ("export " if export else "", k, shlex.quote(v))
                    for k, v in env.items())
 
 

@@ -65,7 +65,8 @@ _libc.free.argtypes = [_c]
 _libc.free.restype = None
 
 
-def _pkg_config_libdir() -> Optional[str]:
+def pkg_config_libdir() -> Optional[str]:
+    """`pkg-config --variable=libdir rdzv`, or None (also setup.py's)."""
     try:
         out = subprocess.run(["pkg-config", "--variable=libdir", "rdzv"], capture_output=True,
                              text=True, check=True).stdout.strip()
@@ -85,7 +86,7 @@ def _built_libdir() -> Optional[str]:
 def candidates(path: Optional[str] = None) -> list:
     """Where load() looks, in order (for error messages and tests)."""
     found = [p for p in (path, os.environ.get("RDZV_LIBRARY")) if p]
-    for libdir in (_built_libdir(), _pkg_config_libdir()):
+    for libdir in (_built_libdir(), pkg_config_libdir()):
         if libdir:
             found.append(os.path.join(libdir, SONAME))
     found.append(ctypes.util.find_library("rdzv") or SONAME)
@@ -109,7 +110,7 @@ def load(path: Optional[str] = None) -> ctypes.CDLL:
             fn.restype, fn.argtypes = restype, argtypes
         _lib = lib
         return lib
-    from .errors import RdzvError, ERR_IO
+    from .errors import ERR_IO, RdzvError
     raise RdzvError("cannot load librdzv; tried " + "; ".join(tried)
                     + " (install rdzv, or set RDZV_LIBRARY to the library's path)", ERR_IO)
 
