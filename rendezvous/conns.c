@@ -168,49 +168,27 @@ static void s_remember(rdzv_conns_t *self, int fd)
     }
 }
 
-static const char *s_recent_addr(const rdzv_conns_t *self, int fd)
+/* A refused handshake, logged when libzmq reports it, with the cause the
+ * event itself carries. The event names no peer: the newest accepted
+ * connection is the usual one (a handshake follows its accept at once),
+ * which under a storm of connections may be another's. At most a line
+ * every 10 s per cause, saying how many went unlogged since. */
+static void s_log_refused(rdzv_conns_t *self, int kind, const char *why, int64_t now)
 {
-    /* The newest entry for fd: numbers are reused, the latest is the one. */
-    for (size_t k = 1; k <= RDZV_CONNS_RECENT && k <= self->recent_next; k++) {
-        const rdzv_conn_recent_t *r = &self->recent[(self->recent_next - k) % RDZV_CONNS_RECENT];
-        if (r->fd == fd)
-            return r->addr;
-    }
-    return "an unknown address";
-}
-
-/* A refused handshake, logged at its close, where the peer is known; at
- * most a line every 10 s, saying how many went unlogged since. */
-/* A refusal waits for its connection's close, which names the peer. Past
- * RDZV_CONNS_REFUSED waiting the oldest is dropped: its close then gets
- * the next one's reason, as a flood of one cause deserves. */
-static void s_refused(rdzv_conns_t *self, int kind, const char *why)
-{
-    if (self->refused_pending == RDZV_CONNS_REFUSED) {
-        self->refused_head = (self->refused_head + 1) % RDZV_CONNS_REFUSED;
-        self->refused_pending--;
-    }
-    size_t at = (self->refused_head + self->refused_pending++) % RDZV_CONNS_REFUSED;
-    self->refused[at] = (rdzv_conn_refused_t) { .why = why, .kind = kind };
-}
-
-static void s_log_refused(rdzv_conns_t *self, int fd, int64_t now)
-{
-    rdzv_conn_refused_t r = self->refused[self->refused_head];
-    self->refused_head = (self->refused_head + 1) % RDZV_CONNS_REFUSED;
-    self->refused_pending--;
-    int k = r.kind;
-    if (now < self->next_refused_log[k]) {
-        self->refused_unlogged[k]++;
+    if (now < self->next_refused_log[kind]) {
+        self->refused_unlogged[kind]++;
         return;
     }
-    self->next_refused_log[k] = now + 10000;
+    self->next_refused_log[kind] = now + 10000;
     char more[48] = "";
-    if (self->refused_unlogged[k])
+    if (self->refused_unlogged[kind])
         snprintf(more, sizeof more, " (%u more like it since the last line)",
-                 self->refused_unlogged[k]);
-    rdzv_core_log("refuse", "handshake from %s: %s%s", s_recent_addr(self, fd), r.why, more);
-    self->refused_unlogged[k] = 0;
+                 self->refused_unlogged[kind]);
+    const char *addr = self->recent_next
+                       ? self->recent[(self->recent_next - 1) % RDZV_CONNS_RECENT].addr
+                       : "an unknown address";
+    rdzv_core_log("refuse", "handshake from %s: %s%s", addr, why, more);
+    self->refused_unlogged[kind] = 0;
 }
 
 static void s_on_accepted(rdzv_conns_t *self, int fd, int64_t now)
@@ -245,18 +223,17 @@ static void s_on_event(rdzv_conns_t *self, uint16_t event, int32_t value, int64_
         s_on_accepted(self, value, now);
     } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
         /* value: the ZAP status; 400 is a client key not in --clients. */
-        s_refused(self, 0, value == 400 ? "its CURVE key is not in --clients (ZAP 400)"
-                                        : "the ZAP handler said no");
+        s_log_refused(self, 0, value == 400 ? "its CURVE key is not in --clients (ZAP 400)"
+                                            : "the ZAP handler said no", now);
     } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
-        s_refused(self, 1, value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
-                           ? "it does not speak CURVE (no keys, or plaintext)"
-                           : value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
-                           ? "a CURVE message did not decrypt (the client has another server key?)"
-                           : "a ZMTP protocol error");
+        s_log_refused(self, 1, value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH
+                               ? "it does not speak CURVE (no keys, or plaintext)"
+                               : value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC
+                               ? "a CURVE message did not decrypt (the client has another "
+                                 "server key?)"
+                               : "a ZMTP protocol error", now);
     } else if (event == ZMQ_EVENT_DISCONNECTED) {
         rdzv_core_connections_add(self->core, -1);
-        if (self->refused_pending > 0)
-            s_log_refused(self, value, now);
         /* The shut one first: a live suspect may have its number now. */
         rdzv_conn_watch_t *w = s_find(self, value, true);
         if (!w)

@@ -23,30 +23,19 @@ typedef struct {
     int64_t since_ms, due_ms;
 } rdzv_conn_watch_t;
 
-/* Where a recent connection came from: a refused handshake is reported by
- * libzmq without the peer, and its close (with the descriptor) follows. */
+/* Where recent connections came from: libzmq reports a refused handshake
+ * without its peer, so the log names the newest accepted one. */
 #define RDZV_CONNS_RECENT 1024
 typedef struct {
     int fd;
     char addr[64];
 } rdzv_conn_recent_t;
 
-/* Refused handshakes whose close has not come yet, oldest first: each
- * close is paired with the oldest, so a burst of one cause does not give
- * its reason to a refusal of another that came in between. */
-#define RDZV_CONNS_REFUSED 64
-typedef struct {
-    const char *why;
-    int kind;                    /* 0: ZAP said no; 1: the handshake itself failed */
-} rdzv_conn_refused_t;
-
 typedef struct {
     rdzv_core_t *core;
     void *monitor;               /* the monitor's PAIR: events arrive here */
     rdzv_conn_recent_t recent[RDZV_CONNS_RECENT];
     size_t recent_next;
-    rdzv_conn_refused_t refused[RDZV_CONNS_REFUSED];   /* a ring */
-    size_t refused_head, refused_pending;
     int64_t next_refused_log[2];
     unsigned refused_unlogged[2];  /* since the last line of that kind */
     long max;                    /* connections of the whole server */
