@@ -60,5 +60,9 @@ static inline int rdzv_probe_offset(int ports_per_rank)
 #define RDZV_E_INTERNAL        "internal"
 #define RDZV_E_FORBIDDEN       "forbidden"
 #define RDZV_E_LIMIT           "limit"
+/* A standby of an --etcd cluster: the error names the leader ("leader"). */
+#define RDZV_E_NOT_LEADER      "not_leader"
+/* The journal's store (etcd) cannot commit now: try again. */
+#define RDZV_E_UNAVAILABLE     "unavailable"
 
 #endif

@@ -105,12 +105,8 @@ void rdzv_batch_refuse_all(rdzv_batch_t *self, const char *message)
 {
     for (int t = 0; t < RDZV_MAX_SHARDS; t++) {
         rdzv_outbox_t *o = &self->outboxes[t];
-        for (size_t i = 0; i < o->len; i++) {
-            /* The same peer, another text. */
-            free(o->v[i].text);
-            rdzv_shared_unref(&o->v[i].shared);
-            o->v[i].text = rdzv_reply_error(o->v[i].peer.req, RDZV_E_INTERNAL, message);
-        }
+        for (size_t i = 0; i < o->len; i++)
+            rdzv_reply_refuse(&o->v[i], RDZV_E_INTERNAL, message);
     }
 }
 

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "etcd_http.h"
 #include "quota.h"
 
 typedef struct {
@@ -23,6 +24,7 @@ typedef struct {
      * has been heard from for this long is deleted; 0: never. */
     int64_t forming_ttl_ms;
     rdzv_limits_t limits;
+    const rdzv_etcd_config_t *etcd;   /* --etcd: the journal is there; NULL: state_dir */
 } rdzv_config_t;
 
 #endif

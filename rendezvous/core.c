@@ -89,7 +89,8 @@ rdzv_core_t *rdzv_core_new(const rdzv_config_t *cfg, char *err, size_t errlen)
         rdzv_core_destroy(&self);
         return NULL;
     }
-    self->journal = rdzv_journal_open(cfg->state_dir, cfg->do_fsync, err, errlen);
+    self->journal = cfg->etcd ? rdzv_journal_open_etcd(cfg->etcd, err, errlen)
+                              : rdzv_journal_open(cfg->state_dir, cfg->do_fsync, err, errlen);
     if (!self->journal || s_load(self, err, errlen) < 0) {
         rdzv_core_destroy(&self);
         return NULL;
@@ -105,7 +106,8 @@ rdzv_core_t *rdzv_core_new(const rdzv_config_t *cfg, char *err, size_t errlen)
     for (int t = 0; t < RDZV_MAX_SHARDS; t++)
         free(commit.out[t].v);        /* nobody to answer yet: empty */
     if (rc < 0) {
-        snprintf(err, errlen, "cannot write the journal in %s", cfg->state_dir);
+        snprintf(err, errlen, "cannot write the journal in %s",
+                 cfg->etcd ? "etcd" : cfg->state_dir);
         rdzv_core_destroy(&self);
         return NULL;
     }
@@ -169,6 +171,21 @@ static void s_answer_release(rdzv_core_t *self)
     rdzv_release_answer(&self->batch);
 }
 
+/* A standby's answer to every request: who leads, so that the client goes
+ * there (docs/protocol.md). */
+static void s_not_leader(rdzv_core_t *self, const rdzv_peer_t *from)
+{
+    char leader[512];
+    rdzv_journal_leader(self->journal, leader, sizeof leader);
+    cJSON *detail = cJSON_CreateObject();
+    if (detail && *leader)
+        cJSON_AddStringToObject(detail, "leader", leader);
+    rdzv_batch_reply(&self->batch, from, rdzv_reply_error_detail(from->req, RDZV_E_NOT_LEADER,
+                     *leader ? "this rdzvd stands by; ask the leader"
+                             : "this rdzvd stands by and no leader is elected yet", detail));
+    self->metrics.refusals[rdzv_error_code_index(RDZV_E_NOT_LEADER)]++;
+}
+
 void rdzv_core_handle(rdzv_core_t *self, const rdzv_peer_t *peer, rdzv_parsed_t *parsed)
 {
     assert(self->in_batch);
@@ -179,7 +196,9 @@ void rdzv_core_handle(rdzv_core_t *self, const rdzv_peer_t *peer, rdzv_parsed_t 
     from.req = req->id;
     assert(peer->shard >= 0 && peer->shard < RDZV_MAX_SHARDS);
     self->metrics.shard_requests[peer->shard]++;
-    if (self->rate && !rdzv_rate_allow(self->rate, peer->shard, rdzv_peer_id(peer), peer->len,
+    if (!rdzv_journal_leading(self->journal))
+        s_not_leader(self, &from);
+    else if (self->rate && !rdzv_rate_allow(self->rate, peer->shard, rdzv_peer_id(peer), peer->len,
                                        b->now_ms))
         rdzv_batch_error(b, &from, RDZV_E_LIMIT, "over %d requests per second on this connection",
                          self->cfg.limits.max_rps);
@@ -298,6 +317,9 @@ static void s_expire(rdzv_core_t *self)
 void rdzv_core_tick(rdzv_core_t *self)
 {
     assert(self->in_batch);
+    /* A standby records nothing: expiry and NCCL roots are the leader's. */
+    if (!rdzv_journal_leading(self->journal))
+        return;
     rdzv_batch_t *b = &self->batch;
     b->pending_at_tick = rdzv_state_pending(&self->state);
     b->added_since_tick = 0;
@@ -433,9 +455,61 @@ int rdzv_core_end(rdzv_core_t *self, rdzv_commit_t *commit)
     return rc;
 }
 
-void rdzv_core_wait(rdzv_core_t *self, uint64_t gate)
+int rdzv_core_wait(rdzv_core_t *self, uint64_t gate)
 {
-    rdzv_journal_wait(self->journal, gate);
+    return rdzv_journal_wait(self->journal, gate);
+}
+
+void rdzv_core_wait_or_refuse(rdzv_core_t *self, uint64_t gate, rdzv_reply_t *v, size_t n)
+{
+    if (rdzv_core_wait(self, gate) == 0)
+        return;
+    for (size_t i = 0; i < n; i++)
+        rdzv_reply_refuse(&v[i], RDZV_E_UNAVAILABLE, "etcd did not commit this change in "
+                          "time (no quorum?); ask again");
+}
+
+/* The leader's records, on a standby; under the lock like any change. */
+static void s_follow(void *arg, rdzv_journal_event_t event, const cJSON *records)
+{
+    rdzv_core_t *self = arg;
+    pthread_mutex_lock(&self->lock);
+    const cJSON *record;
+    switch (event) {
+    case RDZV_JOURNAL_RECORDS:
+        cJSON_ArrayForEach(record, records) {
+            if (rdzv_state_apply(&self->state, record) < 0) {
+                rdzv_core_log("journal", "a record of the leader does not apply here; "
+                              "replaying");
+                s_reload(self);
+                break;
+            }
+        }
+        break;
+    case RDZV_JOURNAL_RELOAD:
+        s_reload(self);
+        break;
+    case RDZV_JOURNAL_PROMOTED:
+        /* The last leader's NCCL roots died with it; forming groups count
+         * their --forming-ttl from now. */
+        s_mark_lost_roots(self);
+        self->state.loaded_ms = 0;
+        for (rdzv_group_t *g = zhashx_first(self->state.groups); g;
+             g = zhashx_next(self->state.groups))
+            g->heard_ms = 0;
+        break;
+    }
+    pthread_mutex_unlock(&self->lock);
+}
+
+int rdzv_core_campaign(rdzv_core_t *self, const char *advertise, char *err, size_t errlen)
+{
+    return rdzv_journal_campaign(self->journal, advertise, s_follow, self, err, errlen);
+}
+
+bool rdzv_core_leading(rdzv_core_t *self)
+{
+    return rdzv_journal_leading(self->journal);
 }
 
 const char *const rdzv_drop_reason_names[RDZV_DROP_REASONS] = {
@@ -522,6 +596,7 @@ void rdzv_core_stats(rdzv_core_t *self, int64_t now_ms, rdzv_core_stats_t *out)
         }
     s_group_stats(groups, out);
     out->journal_bytes = rdzv_journal_size(self->journal);
+    out->etcd = rdzv_journal_etcd_stats(self->journal, &out->etcd_stats);
     rdzv_journal_sync_latency(self->journal, &out->fsync);
     pthread_mutex_unlock(&self->lock);
     for (int i = 0; i < RDZV_DROP_REASONS; i++)

@@ -75,8 +75,19 @@ typedef struct {
  * every reply is an "internal" error and the state is reloaded from the
  * file. 0 or -1. */
 int rdzv_core_end(rdzv_core_t *self, rdzv_commit_t *commit);
-/* Waits until what gate names is durable (any thread, no lock). */
-void rdzv_core_wait(rdzv_core_t *self, uint64_t gate);
+/* Waits until what gate names is durable (any thread, no lock). 0, or -1
+ * when the journal (etcd) could not commit it in time: the replies must
+ * not leave as they are. */
+int rdzv_core_wait(rdzv_core_t *self, uint64_t gate);
+/* The same, and on -1 each of the n replies becomes an "unavailable"
+ * error (its change may still be committed later: a retry finds it). */
+void rdzv_core_wait_or_refuse(rdzv_core_t *self, uint64_t gate, rdzv_reply_t *v, size_t n);
+
+/* With --etcd: stands by and campaigns to lead, as advertise (the endpoint
+ * a standby names to clients). Nothing to do for a file journal. 0 or -1. */
+int rdzv_core_campaign(rdzv_core_t *self, const char *advertise, char *err, size_t errlen);
+/* Whether this rdzvd serves requests: it leads (always, without --etcd). */
+bool rdzv_core_leading(rdzv_core_t *self);
 
 /* Replies a shard could not hand to libzmq, by why: the peer's queue was
  * full (it does not read what it asked for), or the peer was gone. */
@@ -124,7 +135,9 @@ typedef struct {
     rdzv_group_stat_t group[RDZV_METRICS_GROUPS];
     size_t ngroup;
     unsigned long long groups_omitted;
-    rdzv_histogram_t fsync;
+    rdzv_histogram_t fsync;      /* or etcd's commits, with etcd */
+    bool etcd;
+    rdzv_journal_etcd_stats_t etcd_stats;
 } rdzv_core_stats_t;
 void rdzv_core_stats(rdzv_core_t *self, int64_t now_ms, rdzv_core_stats_t *out);
 /* The status objects of every group, or of the one named (an empty array if

@@ -203,6 +203,28 @@ static void s_group_metrics(const rdzv_core_stats_t *st, FILE *f)
              " by name, which have no rdzv_group_* samples.", st->groups_omitted);
 }
 
+
+/* The journal in etcd: its space (etcd refuses writes past its quota, 2 GiB
+ * unless --quota-backend-bytes says otherwise) and its commits. */
+static void s_etcd_metrics(const rdzv_core_stats_t *st, FILE *f)
+{
+    const rdzv_journal_etcd_stats_t *e = &st->etcd_stats;
+    s_metric(f, "rdzv_etcd_leader", "gauge", "1 while this rdzvd leads, 0 while it stands by.",
+             e->leading);
+    s_metric(f, "rdzv_etcd_db_bytes", "gauge", "Size of etcd's database, as the member "
+             "rdzvd talks to reports it.", e->db_bytes);
+    s_metric(f, "rdzv_etcd_quota_bytes", "gauge", "etcd's default space quota.",
+             e->db_quota_bytes);
+    s_metric(f, "rdzv_journal_bytes", "gauge", "Bytes of the snapshot and the log values after "
+             "it in etcd.", e->log_bytes);
+    s_metric(f, "rdzv_etcd_applied_seq", "gauge", "The last log value replayed, followed or put.",
+             e->applied_seq);
+    s_metric(f, "rdzv_etcd_unavailable_total", "counter", "Batches of replies refused as "
+             "unavailable: etcd did not commit in time.", e->unavailable);
+    s_histogram(f, "rdzv_etcd_commit_seconds", "Seconds one etcd transaction of the journal took.",
+                &st->fsync);
+}
+
 static void s_render_metrics(const rdzv_core_stats_t *st, FILE *f)
 {
     const rdzv_metrics_t *m = &st->metrics;
@@ -257,6 +279,10 @@ static void s_render_metrics(const rdzv_core_stats_t *st, FILE *f)
     s_group_metrics(st, f);
     s_histogram(f, "rdzv_join_to_assignment_seconds",
                 "Seconds from a rank's join to its assignment.", &m->join_latency);
+    if (st->etcd) {
+        s_etcd_metrics(st, f);
+        return;
+    }
     s_metric(f, "rdzv_journal_bytes", "gauge", "Bytes in the journal file.",
              st->journal_bytes);
     s_histogram(f, "rdzv_journal_fsync_seconds", "Seconds one journal fdatasync took.",
@@ -355,9 +381,12 @@ static enum MHD_Result s_route(struct MHD_Connection *conn, rdzv_http_t *self, c
     /* The kubelet's probes carry no token; they reveal nothing either. */
     if (strcmp(url, "/healthz") == 0)
         return s_handle_healthz(conn, core);
+    /* Only the leader is ready: a Kubernetes Service then routes to it. */
     if (strcmp(url, "/readyz") == 0)
-        return core ? s_text(conn, MHD_HTTP_OK, "ready\n")
-                    : s_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "replaying the journal\n");
+        return !core ? s_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "replaying the journal\n")
+               : !rdzv_core_leading(core)
+               ? s_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "standing by (etcd elects another leader)\n")
+               : s_text(conn, MHD_HTTP_OK, "ready\n");
     if (!s_bearer_ok(self, conn))
         return s_json(conn, MHD_HTTP_UNAUTHORIZED,
                       s_json_error("unauthorized", "this endpoint wants the --http-token "

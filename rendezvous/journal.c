@@ -87,9 +87,12 @@ void rdzv_journal_destroy(rdzv_journal_t **self_p)
     if (!self_p || !*self_p)
         return;
     rdzv_journal_t *self = *self_p;
+    rdzv_etcdj_destroy(&self->etcd);
     rdzv_syncer_destroy(&self->syncer);
-    close(self->fd);
-    close(self->lock_fd);
+    if (self->fd >= 0)
+        close(self->fd);
+    if (self->lock_fd >= 0)
+        close(self->lock_fd);
     free(self->dir);
     free(self->buf);
     free(self);
@@ -148,6 +151,10 @@ long rdzv_journal_replay(rdzv_journal_t *self, rdzv_journal_apply_fn *apply,
                          void *arg, bool repair, size_t *torn_bytes,
                          char *err, size_t errlen)
 {
+    if (self->etcd) {
+        *torn_bytes = 0;
+        return rdzv_etcdj_replay(self->etcd, apply, arg, err, errlen);
+    }
     size_t len = 0;
     unsigned char *data = s_read_all(self->fd, &len);
     if (!data) {
@@ -200,6 +207,8 @@ long rdzv_journal_replay(rdzv_journal_t *self, rdzv_journal_apply_fn *apply,
 
 int rdzv_journal_append(rdzv_journal_t *self, const cJSON *record)
 {
+    if (self->etcd)
+        return rdzv_etcdj_append(self->etcd, record);
     char *json = cJSON_PrintUnformatted(record);
     if (!json)
         return -1;
@@ -228,11 +237,19 @@ int rdzv_journal_append(rdzv_journal_t *self, const cJSON *record)
 
 bool rdzv_journal_pending(const rdzv_journal_t *self)
 {
+    if (self->etcd)
+        return rdzv_etcdj_pending(self->etcd);
     return self->len > 0;
 }
 
 int rdzv_journal_write(rdzv_journal_t *self)
 {
+    if (self->etcd) {
+        if (rdzv_etcdj_write(self->etcd) == 0)
+            return 0;
+        self->failed_errno = ENOMEM;
+        return -1;
+    }
     if (self->failed_errno) {
         /* A write of this batch failed already: what came after it in the
          * batch may depend on it, so none of it reaches the file. */
@@ -264,17 +281,24 @@ int rdzv_journal_write(rdzv_journal_t *self)
 
 uint64_t rdzv_journal_written(const rdzv_journal_t *self)
 {
+    if (self->etcd)
+        return rdzv_etcdj_written(self->etcd);
     return self->base + self->size;
 }
 
 void rdzv_journal_sync_start(rdzv_journal_t *self)
 {
+    if (self->etcd)
+        return;                     /* the committer started with the write */
     rdzv_syncer_start(self->syncer, rdzv_journal_written(self));
 }
 
-void rdzv_journal_wait(rdzv_journal_t *self, uint64_t upto)
+int rdzv_journal_wait(rdzv_journal_t *self, uint64_t upto)
 {
+    if (self->etcd)
+        return rdzv_etcdj_wait(self->etcd, upto, RDZV_JOURNAL_UNAVAILABLE_MS);
     rdzv_syncer_wait(self->syncer, upto);
+    return 0;
 }
 
 int rdzv_journal_take_failure(rdzv_journal_t *self)
@@ -286,6 +310,10 @@ int rdzv_journal_take_failure(rdzv_journal_t *self)
 
 int rdzv_journal_flush(rdzv_journal_t *self)
 {
+    if (self->etcd)
+        return rdzv_etcdj_write(self->etcd) == 0
+               && rdzv_etcdj_wait(self->etcd, rdzv_etcdj_written(self->etcd),
+                                  RDZV_JOURNAL_UNAVAILABLE_MS) == 0 ? 0 : -1;
     rdzv_journal_write(self);
     int e = rdzv_journal_take_failure(self);
     if (e) {
@@ -298,16 +326,24 @@ int rdzv_journal_flush(rdzv_journal_t *self)
 
 void rdzv_journal_sync_latency(rdzv_journal_t *self, rdzv_histogram_t *out)
 {
+    if (self->etcd) {
+        rdzv_etcdj_latency(self->etcd, out);
+        return;
+    }
     rdzv_syncer_latency(self->syncer, out);
 }
 
 double rdzv_journal_sync_busy_s(rdzv_journal_t *self)
 {
+    if (self->etcd)
+        return rdzv_etcdj_busy_s(self->etcd);
     return rdzv_syncer_busy_s(self->syncer);
 }
 
 void rdzv_journal_set_sync_fn(rdzv_journal_t *self, int (*fn)(int fd))
 {
+    if (self->etcd)
+        return;
     self->sync_fn = fn;
     rdzv_syncer_set_sync_fn(self->syncer, fn);
 }
@@ -343,5 +379,47 @@ long rdzv_journal_repaired_at(const rdzv_journal_t *self)
 
 uint64_t rdzv_journal_size(const rdzv_journal_t *self)
 {
+    if (self->etcd)
+        return rdzv_etcdj_size(self->etcd);
     return self->size;
+}
+
+rdzv_journal_t *rdzv_journal_open_etcd(const rdzv_etcd_config_t *cfg, char *err, size_t errlen)
+{
+    rdzv_journal_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    self->fd = self->lock_fd = -1;
+    self->repaired_at = -1;
+    if (!(self->etcd = rdzv_etcdj_new(cfg, err, errlen)))
+        rdzv_journal_destroy(&self);
+    return self;
+}
+
+int rdzv_journal_campaign(rdzv_journal_t *self, const char *advertise,
+                          rdzv_journal_follow_fn *fn, void *arg, char *err, size_t errlen)
+{
+    return self->etcd ? rdzv_etcdj_campaign(self->etcd, advertise, fn, arg, err, errlen) : 0;
+}
+
+bool rdzv_journal_leading(const rdzv_journal_t *self)
+{
+    return !self->etcd || rdzv_etcdj_leading(self->etcd);
+}
+
+void rdzv_journal_leader(rdzv_journal_t *self, char *buf, size_t len)
+{
+    if (self->etcd)
+        rdzv_etcdj_leader(self->etcd, buf, len);
+    else if (len)
+        buf[0] = '\0';
+}
+
+bool rdzv_journal_etcd_stats(rdzv_journal_t *self, rdzv_journal_etcd_stats_t *out)
+{
+    if (self->etcd)
+        rdzv_etcdj_stats(self->etcd, out);
+    return self->etcd != NULL;
 }

@@ -1,6 +1,9 @@
-/* The append-only journal in --state-dir: every accepted change is a record,
- * written and fdatasync'ed before the reply that depends on it leaves rdzvd.
- * On disk each record is [u32 length][u32 crc32][JSON bytes], little endian. */
+/* The append-only journal: every accepted change is a record, durable
+ * before the reply that depends on it leaves rdzvd. Two places keep it:
+ * a file in --state-dir, written and fdatasync'ed (on disk each record is
+ * [u32 length][u32 crc32][JSON bytes], little endian), or etcd (--etcd,
+ * etcd_journal.h), put by transactions a quorum commits. The functions
+ * below are the same for both; where one means nothing for etcd it says. */
 #ifndef RDZV_JOURNAL_H
 #define RDZV_JOURNAL_H
 
@@ -9,9 +12,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "etcd_http.h"
 #include "metrics.h"
 
 typedef struct rdzv_journal rdzv_journal_t;
+
+/* How long a reply waits for etcd to commit its records before it is an
+ * "unavailable" error instead (the records are still put once etcd can). */
+#define RDZV_JOURNAL_UNAVAILABLE_MS 3000
 
 /* Called once per record during replay; return 0, or -1 to stop replay
  * (the record is inconsistent with the state before it). */
@@ -21,6 +29,8 @@ typedef int (rdzv_journal_apply_fn)(void *arg, const cJSON *record);
  * rdzvd never share a state directory. NULL on failure, reason in err. */
 rdzv_journal_t *rdzv_journal_open(const char *dir, bool do_fsync,
                                   char *err, size_t errlen);
+/* The journal in etcd; NULL if etcd cannot be reached (reason in err). */
+rdzv_journal_t *rdzv_journal_open_etcd(const rdzv_etcd_config_t *cfg, char *err, size_t errlen);
 void rdzv_journal_destroy(rdzv_journal_t **self_p);
 
 /* Feeds every record to apply. A torn last record is cut off (and counted in
@@ -48,7 +58,9 @@ int rdzv_journal_write(rdzv_journal_t *self);
 int rdzv_journal_take_failure(rdzv_journal_t *self);
 uint64_t rdzv_journal_written(const rdzv_journal_t *self);
 void rdzv_journal_sync_start(rdzv_journal_t *self);
-void rdzv_journal_wait(rdzv_journal_t *self, uint64_t upto);
+/* 0; for etcd -1 when the records were not committed, or the lease not
+ * known to hold, within RDZV_JOURNAL_UNAVAILABLE_MS. */
+int rdzv_journal_wait(rdzv_journal_t *self, uint64_t upto);
 /* The durations of the journal's fdatasync calls. */
 void rdzv_journal_sync_latency(rdzv_journal_t *self, rdzv_histogram_t *out);
 /* Seconds the fdatasync in flight has run so far (0: none). */
@@ -83,8 +95,34 @@ int rdzv_journal_compact(rdzv_journal_t *self, cJSON *records);
 /* Where the last replay cut a journal corrupted in the middle (--repair),
  * or -1 if it cut nothing or only a torn tail. */
 long rdzv_journal_repaired_at(const rdzv_journal_t *self);
-/* Bytes in the journal file. */
+/* Bytes in the journal file (etcd: the snapshot and the values after it). */
 uint64_t rdzv_journal_size(const rdzv_journal_t *self);
+
+/* Roles, for etcd; a file journal always leads. campaign starts standing
+ * by and campaigning as advertise; fn gets the leader's records while this
+ * rdzvd stands by (etcd_journal.h). 0 or -1. */
+typedef enum {
+    RDZV_JOURNAL_RECORDS,        /* the leader's records, to apply in order */
+    RDZV_JOURNAL_RELOAD,         /* lost track: clear the state and replay */
+    RDZV_JOURNAL_PROMOTED,       /* this rdzvd leads from now on */
+} rdzv_journal_event_t;
+/* Called on a thread of the journal's; records only with RECORDS. */
+typedef void (rdzv_journal_follow_fn)(void *arg, rdzv_journal_event_t event, const cJSON *records);
+int rdzv_journal_campaign(rdzv_journal_t *self, const char *advertise,
+                          rdzv_journal_follow_fn *fn, void *arg, char *err, size_t errlen);
+bool rdzv_journal_leading(const rdzv_journal_t *self);
+/* The leader's endpoint ("" unknown, or a file journal). */
+void rdzv_journal_leader(rdzv_journal_t *self, char *buf, size_t len);
+typedef struct {
+    bool leading;
+    uint64_t db_bytes;           /* etcd's database, as its member reports it */
+    uint64_t db_quota_bytes;     /* what etcd refuses writes past, by default */
+    uint64_t log_bytes;          /* rdzv_journal_size */
+    uint64_t applied_seq;        /* the last log value replayed, followed or put */
+    uint64_t unavailable;        /* waits that ran out */
+} rdzv_journal_etcd_stats_t;
+/* false for a file journal. */
+bool rdzv_journal_etcd_stats(rdzv_journal_t *self, rdzv_journal_etcd_stats_t *out);
 
 /* Encodes one framed record into buf (for tests and the fuzzer). Returns the
  * framed length, or -1 if it does not fit. */

@@ -28,6 +28,7 @@ struct rdzv_compaction {
     int (*sync_fn)(int fd);
     void (*release)(void *);     /* once the records are framed */
     void *release_arg;
+    rdzv_etcdj_compaction_t *etcd;   /* an etcd journal's: the rest is unused */
 };
 
 static void s_release(rdzv_compaction_t *c)
@@ -76,6 +77,20 @@ static void s_free(rdzv_compaction_t *c)
 rdzv_compaction_t *rdzv_journal_compact_start(rdzv_journal_t *self, cJSON *records,
                                               void (*release)(void *), void *arg)
 {
+    if (self->etcd) {
+        rdzv_compaction_t *e = calloc(1, sizeof *e);
+        if (e && (e->etcd = rdzv_etcdj_compact_start(self->etcd, records, release, arg))) {
+            e->journal = self;
+            return e;
+        }
+        if (!e) {
+            cJSON_Delete(records);
+            if (release)
+                release(arg);
+        }
+        free(e);
+        return NULL;
+    }
     rdzv_compaction_t *c = self->len == 0 ? calloc(1, sizeof *c) : NULL;
     if (!c) {
         cJSON_Delete(records);
@@ -141,6 +156,14 @@ static void s_close_later(int fd)
 int rdzv_journal_compact_finish(rdzv_journal_t *self, rdzv_compaction_t **c_p, bool wait)
 {
     rdzv_compaction_t *c = *c_p;
+    if (c->etcd) {
+        int rc = rdzv_etcdj_compact_finish(self->etcd, &c->etcd, wait);
+        if (rc == 0)
+            return 0;
+        free(c);
+        *c_p = NULL;
+        return rc;
+    }
     if (!wait && !atomic_load(&c->done))
         return 0;
     pthread_join(c->thread, NULL);
@@ -177,6 +200,14 @@ void rdzv_journal_compact_abort(rdzv_compaction_t **c_p)
 {
     if (!c_p || !*c_p)
         return;
+    if ((*c_p)->etcd) {
+        /* Its pieces are in etcd already: let it finish; the head it moves
+         * covers only records etcd holds. */
+        rdzv_etcdj_compact_finish((*c_p)->journal->etcd, &(*c_p)->etcd, true);
+        free(*c_p);
+        *c_p = NULL;
+        return;
+    }
     pthread_join((*c_p)->thread, NULL);
     s_free(*c_p);
     *c_p = NULL;

@@ -3,6 +3,7 @@
 #ifndef RDZV_JOURNAL_PRIVATE_H
 #define RDZV_JOURNAL_PRIVATE_H
 
+#include "etcd_journal.h"
 #include "journal.h"
 #include "syncer.h"
 
@@ -29,6 +30,7 @@ struct rdzv_journal {
     int failed_errno;          /* of a write that failed since the last check; 0: none */
     rdzv_syncer_t *syncer;
     int (*sync_fn)(int fd);    /* fdatasync, or a test's stand-in */
+    rdzv_etcdj_t *etcd;        /* --etcd: the journal is there; the rest is unused */
 };
 
 /* write(2) until len bytes are out; 0 or -1. */

@@ -41,6 +41,8 @@ typedef struct {
     int io_threads;
     int shards;                  /* 0: as many as rdzvd picks */
     int listeners;               /* 0: as many as rdzvd picks */
+    rdzv_etcd_config_t etcd;     /* etcd.endpoints NULL: the file journal */
+    const char *advertise;
 } s_options_t;
 
 static void s_usage(FILE *out)
@@ -60,7 +62,25 @@ static void s_usage(FILE *out)
         "  --no-nccl                groups get no NCCL ID unless they ask (nccl_id=server)\n"
         "  --no-fsync               do not fsync the journal (benchmarks only)\n"
         "  --repair                 cut a journal corrupted in the middle at the damage\n"
-        "  --shards N               ROUTER sockets, each in its own thread on its own\n"
+        "  --etcd URL[,URL...]      keep the journal in etcd (http[s]://HOST:2379) instead of\n"
+        "                           --state-dir; replicas elect one leader, the others\n"
+        "                           stand by and answer not_leader%s\n"
+        "  --etcd-prefix P          the keys rdzvd writes in etcd (default /rdzv)\n"
+        "  --etcd-ca/--etcd-cert/--etcd-key FILE   TLS to etcd\n"
+        "  --etcd-lease S           the leader's lease: a dead leader is replaced this long\n"
+        "                           after it stopped (default 5)\n"
+        "  --advertise ENDPOINT     the endpoint clients reach this rdzvd at, which a\n"
+        "                           standby names (default: the bound one, with the host\n"
+        "                           name for a wildcard address)\n",
+        RDZV_DEFAULT_BIND, RDZV_DEFAULT_PORT_BASE, RDZV_DEFAULT_PORTS_PER_RANK,
+        RDZV_DEFAULT_PORT_LIMIT, RDZV_DEFAULT_MAX_WORLD,
+#ifdef RDZV_HAVE_ETCD
+        ""
+#else
+        " (not in this build: no libcurl)"
+#endif
+        );
+    fputs("  --shards N               ROUTER sockets, each in its own thread on its own\n"
         "                           SO_REUSEPORT listener of the port (default: half the\n"
         "                           CPUs, 2 to 8; 1 for endpoints other than tcp://ADDR:PORT)\n"
         "  --listeners N            SO_REUSEPORT listeners of the port, dealt to the shards\n"
@@ -95,9 +115,7 @@ static void s_usage(FILE *out)
         "  --max-connections N      close a connection beyond N at once (default: the\n"
         "                           limit on open files less those open at start, and\n"
         "                           a reserve of 1/40 of it, at least 32)\n"
-        "  --help, --version\n",
-        RDZV_DEFAULT_BIND, RDZV_DEFAULT_PORT_BASE, RDZV_DEFAULT_PORTS_PER_RANK,
-        RDZV_DEFAULT_PORT_LIMIT, RDZV_DEFAULT_MAX_WORLD);
+        "  --help, --version\n", out);
 }
 
 static int s_int_arg(const char *flag, const char *text, long lo, long hi, int *out)
@@ -151,6 +169,10 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         { "max-kv-total-mib", required_argument, 0, 'J' },
         { "max-waits", required_argument, 0, 'W' }, { "max-rps", required_argument, 0, 'P' },
         { "shards", required_argument, 0, 'S' }, { "listeners", required_argument, 0, 'Q' },
+        { "etcd", required_argument, 0, 1000 }, { "etcd-prefix", required_argument, 0, 1001 },
+        { "etcd-ca", required_argument, 0, 1002 }, { "etcd-cert", required_argument, 0, 1003 },
+        { "etcd-key", required_argument, 0, 1004 }, { "etcd-lease", required_argument, 0, 1005 },
+        { "advertise", required_argument, 0, 1006 },
         { 0, 0, 0, 0 },
     };
     int c, dead_after = 15, compact_mib = 64, kv_mib = 64, kv_total_mib = 1024;
@@ -217,6 +239,13 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         case 'J': rc = s_int_arg("--max-kv-total-mib", optarg, 1, 1 << 20, &kv_total_mib); break;
         case 'W': rc = s_int_arg("--max-waits", optarg, 1, 1 << 28, &o->cfg.limits.max_waits); break;
         case 'P': rc = s_int_arg("--max-rps", optarg, -1, 1 << 24, &o->cfg.limits.max_rps); break;
+        case 1000: o->etcd.endpoints = optarg; break;
+        case 1001: o->etcd.prefix = optarg; break;
+        case 1002: o->etcd.ca = optarg; break;
+        case 1003: o->etcd.cert = optarg; break;
+        case 1004: o->etcd.key = optarg; break;
+        case 1005: rc = s_int_arg("--etcd-lease", optarg, 2, 3600, &o->etcd.ttl_s); break;
+        case 1006: o->advertise = optarg; break;
         case 'h': s_usage(stdout); exit(0);
         case 'V': printf("rdzvd %s\n", RDZV_VERSION); exit(0);
         default: s_usage(stderr); return -1;
@@ -233,6 +262,17 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         fprintf(stderr, "rdzvd: unexpected argument \"%s\" (see --help)\n", argv[optind]);
         return -1;
     }
+    if (o->etcd.prefix && o->etcd.prefix[0] != '/') {
+        fprintf(stderr, "rdzvd: --etcd-prefix must start with '/', not \"%s\"\n", o->etcd.prefix);
+        return -1;
+    }
+    if (!o->etcd.endpoints && (o->etcd.prefix || o->etcd.ca || o->etcd.cert || o->etcd.key
+                               || o->etcd.ttl_s || o->advertise)) {
+        fprintf(stderr, "rdzvd: --etcd-* and --advertise go with --etcd\n");
+        return -1;
+    }
+    if (o->etcd.endpoints)
+        o->cfg.etcd = &o->etcd;
     o->cfg.dead_after_ms = (int64_t) dead_after * 1000;
     o->cfg.compact_bytes = (uint64_t) compact_mib << 20;
     o->cfg.limits.max_kv_bytes = (uint64_t) kv_mib << 20;
@@ -344,6 +384,27 @@ static void s_write_endpoint(const char *path, const char *endpoint)
         fclose(f);
 }
 
+/* What a standby names to clients as this rdzvd's address: --advertise,
+ * else the bound endpoint, where a wildcard address becomes the host name
+ * (a Pod's resolves to its IP). */
+static void s_advertise(const s_options_t *o, const char *bound, char *buf, size_t len)
+{
+    if (o->advertise) {
+        snprintf(buf, len, "%s", o->advertise);
+        return;
+    }
+    const char *colon = strrchr(bound, ':');
+    char host[256];
+    bool wildcard = strncmp(bound, "tcp://0.0.0.0:", 14) == 0 || strncmp(bound, "tcp://*:", 8) == 0
+                    || strncmp(bound, "tcp://[::]:", 11) == 0;
+    if (wildcard && colon && gethostname(host, sizeof host) == 0) {
+        host[sizeof host - 1] = '\0';
+        snprintf(buf, len, "tcp://%s%s", host, colon);
+    } else {
+        snprintf(buf, len, "%s", bound);
+    }
+}
+
 int main(int argc, char **argv)
 {
     /* A burst of joins writes a log line each; the loop flushes per batch.
@@ -416,13 +477,23 @@ int main(int argc, char **argv)
         rdzv_http_destroy(&http);
         return 1;
     }
+    char advertise[RDZV_MAX_NAME + 64];
+    s_advertise(&o, rdzv_server_endpoint(server), advertise, sizeof advertise);
+    if (o.cfg.etcd && rdzv_core_campaign(core, advertise, err, sizeof err) < 0) {
+        fprintf(stderr, "rdzvd: etcd: %s\n", err);
+        rdzv_server_destroy(&server);
+        rdzv_core_destroy(&core);
+        free(token);
+        rdzv_http_destroy(&http);
+        return 1;
+    }
     rdzv_http_set_core(http, core);
     if (http)
         rdzv_core_log("http", "port=%d", rdzv_http_port(http));
     rdzv_core_log("start", "version=%s endpoint=%s shards=%d listeners=%d io_threads=%d state=%s "
                   "open_files=%ld max_connections=%ld ports=[%d,%d) per_rank=%d nccl=%s",
                   RDZV_VERSION, rdzv_server_endpoint(server), shards, listeners, io_threads,
-                  o.cfg.state_dir, fds, rdzv_server_max_connections(server),
+                  o.cfg.etcd ? "etcd" : o.cfg.state_dir, fds, rdzv_server_max_connections(server),
                   o.cfg.port_base, o.cfg.port_limit, o.cfg.ports_per_rank,
                   o.cfg.nccl_helper ? o.cfg.nccl_helper : "none");
     /* The log first: whoever waits for the endpoint file (a test, a probe)

@@ -176,6 +176,13 @@ int rdzv_peer_copy(rdzv_peer_t *dst, const rdzv_peer_t *src)
     return rdzv_peer_set_id(dst, rdzv_peer_id(src), src->len);
 }
 
+void rdzv_reply_refuse(rdzv_reply_t *reply, const char *code, const char *message)
+{
+    free(reply->text);
+    rdzv_shared_unref(&reply->shared);
+    reply->text = rdzv_reply_error(reply->peer.req, code, message);
+}
+
 void rdzv_reply_clear(rdzv_reply_t *reply)
 {
     free(reply->text);

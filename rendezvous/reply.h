@@ -89,6 +89,9 @@ int rdzv_reply_render(rdzv_reply_t *reply);
 /* *dst = *src with a copy of a long identity; dst holds none before (clear
  * it first). 0, or -1 out of memory (dst then has an empty identity). */
 int rdzv_peer_copy(rdzv_peer_t *dst, const rdzv_peer_t *src);
+/* The same peer gets an error with code and message instead (its records
+ * were not made durable). */
+void rdzv_reply_refuse(rdzv_reply_t *reply, const char *code, const char *message);
 /* Frees the text, drops the shared reference and clears the peer: the
  * reply is done with. */
 void rdzv_reply_clear(rdzv_reply_t *reply);

@@ -187,7 +187,7 @@ static void s_dispatch(rdzv_shard_t *self, rdzv_outbox_t *out, uint64_t gate)
     rdzv_outbox_t *mine = &out[self->index];
     s_render(mine->v, mine->len);
     if (mine->len)                   /* a tick with nothing to send waits for nothing */
-        rdzv_core_wait(set->core, gate);
+        rdzv_core_wait_or_refuse(set->core, gate, mine->v, mine->len);
     int64_t t_durable = rdzv_trace_ns();
     s_send_all(self, mine->v, mine->len);
     free(mine->v);
@@ -248,7 +248,7 @@ static void s_flush_inbox(rdzv_shard_t *self)
     pthread_mutex_unlock(&self->lock);
     s_render(in, count);
     if (count)
-        rdzv_core_wait(self->set->core, gate);
+        rdzv_core_wait_or_refuse(self->set->core, gate, in, count);
     int64_t t_durable = rdzv_trace_ns();
     s_send_all(self, in, count);
     free(in);
