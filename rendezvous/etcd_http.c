@@ -301,7 +301,12 @@ char *rdzv_etcd_unb64(const char *text, size_t *len_out)
     zarmour_destroy(&armour);
     if (!chunk)
         return NULL;
-    size_t n = zchunk_size(chunk);
+    /* zarmour ends what it decodes with a NUL of its own: the length is
+     * the text's. */
+    size_t t = strlen(text), pad = (t && text[t - 1] == '=') + (t > 1 && text[t - 2] == '=');
+    size_t n = t / 4 * 3 - pad;
+    if (n > zchunk_size(chunk))
+        n = zchunk_size(chunk);
     char *out = malloc(n + 1);
     if (out) {
         memcpy(out, zchunk_data(chunk), n);

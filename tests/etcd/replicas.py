@@ -1,0 +1,125 @@
+"""rdzvd replicas on one etcd cluster, for the etcd suites: started, told
+apart (which one leads), killed and started again the same way. Each
+replica is a real rdzvd (tests/lib/rdzvtest.Rdzvd) on a loopback port with
+its /readyz on a port of its own."""
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+import rdzvtest  # noqa: E402
+from rdzvtest import Fail, free_port, wait_for  # noqa: E402
+
+RDZVD = os.environ.get("RDZVD", "rdzvd")
+RDZV = os.environ.get("RDZV", "rdzv")
+# Short, so that twenty takeovers fit in a test; rdzvd's default is 5 s.
+LEASE_S = 2
+
+
+def http_status(port, path):
+    """The HTTP status of GET path on 127.0.0.1:port, 0 if nothing answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return 0
+
+
+def metrics(port):
+    """/metrics as {name{labels}: value}."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+class Replica(rdzvtest.Rdzvd):
+    def __init__(self, workdir, endpoints, prefix, *extra):
+        os.makedirs(workdir, exist_ok=True)
+        self.http_port = free_port()
+        super().__init__(RDZVD, workdir, "--etcd", endpoints, "--etcd-prefix", prefix,
+                         "--etcd-lease", str(LEASE_S), "--http", str(self.http_port),
+                         "--no-nccl", *extra, start=False)
+
+    def ready(self):
+        return self.proc is not None and self.proc.poll() is None \
+            and http_status(self.http_port, "/readyz") == 200
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+
+class Replicas:
+    """n rdzvd on etcd endpoints, under prefix; start() waits until one leads."""
+
+    def __init__(self, workdir, endpoints, n=3, prefix="/rdzv-test", extra=()):
+        self.all = [Replica(os.path.join(workdir, f"rdzvd{i}"), endpoints, prefix, *extra)
+                    for i in range(n)]
+
+    def start(self):
+        for r in self.all:
+            r.start()
+        return self.wait_leader()
+
+    def servers(self):
+        """The --server list of every replica."""
+        return ",".join(r.endpoint for r in self.all)
+
+    def leader(self):
+        """The replica whose /readyz says 200, or None."""
+        ready = [r for r in self.all if r.ready()]
+        if len(ready) > 1:
+            raise Fail("two replicas are ready at once: %s" % [r.endpoint for r in ready])
+        return ready[0] if ready else None
+
+    def wait_leader(self, timeout=30, other_than=None):
+        return wait_for(lambda: (lambda r: r if r and r is not other_than else None)(self.leader()),
+                        "a replica to lead", timeout=timeout, step=0.02)
+
+    def stop(self):
+        for r in self.all:
+            r.stop()
+
+
+def rdzv(*args, timeout=60, env=None):
+    """Runs the rdzv CLI; (exit status, stdout, stderr)."""
+    p = subprocess.run([RDZV, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    return p.returncode, p.stdout, p.stderr
+
+
+class Tap:
+    """TAP lines, numbered as they come; plan printed at the end."""
+
+    def __init__(self):
+        self.n = 0
+        self.failed = 0
+
+    def ok(self, cond, what, detail=""):
+        self.n += 1
+        if not cond:
+            self.failed += 1
+        print("%sok %d - %s%s" % ("" if cond else "not ", self.n, what,
+                                  "" if cond or not detail else ": " + str(detail)[:2000]),
+              flush=True)
+        return cond
+
+    def diag(self, text):
+        for line in str(text).splitlines():
+            print("# " + line, flush=True)
+
+    def done(self):
+        print("1..%d" % self.n, flush=True)
+        return 1 if self.failed else 0
+
+
+def now():
+    return time.monotonic()
