@@ -24,6 +24,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.error
@@ -31,12 +32,13 @@ import urllib.request
 
 ETCD = os.environ.get("ETCD", "/usr/bin/etcd")
 
-# Raft timing for a loaded two-core test machine: etcd's defaults (100/1000)
-# hold there; anything tighter calls elections while a build runs.
+# Raft timing for a loaded two-core test machine: etcd's defaults (100/1000),
+# which hold there; tighter values risk elections only because a build runs.
 HEARTBEAT_MS = 100
 ELECTION_MS = 1000
 START_TIMEOUT_S = 30
 REQUEST_TIMEOUT_S = 5
+INT_FIELDS = ("create_revision", "mod_revision", "version", "lease")   # of a kv, int64
 
 
 class EtcdClusterError(Exception):
@@ -49,7 +51,8 @@ class GatewayError(Exception):
     code are None, message says why: refused, timed out)."""
 
     def __init__(self, path, message, status=None, code=None):
-        super().__init__(f"{path}: {message}" + (f" (HTTP {status}, gRPC code {code})" if status else ""))
+        where = f" (HTTP {status}, gRPC code {code})" if status else ""
+        super().__init__(f"{path}: {message}{where}")
         self.path, self.message, self.status, self.code = path, message, status, code
 
 
@@ -204,12 +207,20 @@ class Member:
         except (OSError, ValueError):
             return False
 
-    def log_tail(self, lines=15):
+    def log_tail(self, lines=15, head=4):
+        """The log of the last start, for a failure message: its first head
+        lines (where etcd says why it will not start, ahead of its usage
+        text) and its last lines."""
         try:
             with open(self.log_path, errors="replace") as f:
-                return "".join(f.readlines()[-lines:])
+                text = f.readlines()
         except OSError:
             return "(no log)\n"
+        starts = [n for n, line in enumerate(text) if line.startswith("--- start ")]
+        text = text[starts[-1]:] if starts else text
+        if len(text) > head + lines + 1:
+            text = text[:head + 1] + ["...\n"] + text[-lines:]
+        return "".join(text)
 
     def bind_failed(self):
         """Whether the last start died because a port was taken."""
@@ -226,8 +237,10 @@ def _stop_live():
 
 def _on_sigterm(signum, frame):
     """The test runner's timeout: stop the members, then die of the signal
-    as the runner expects."""
-    _stop_live()
+    as the runner expects. The logs stay, for what went slow."""
+    for c in list(_live):
+        c.stop_all()
+        c.note_kept()
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
 
@@ -249,10 +262,11 @@ class EtcdCluster:
     and healthy when it returns, all stopped by __exit__ (or stop_all).
 
     workdir holds each member's data dir and log (m0.data, m0.log, ...); by
-    default a temporary directory, removed at the end unless keep=True or
-    the start failed (its logs are then worth reading). extra: more etcd
-    flags for every member. Members are started from the calling thread,
-    and die with it (PR_SET_PDEATHSIG)."""
+    default a temporary directory, removed by __exit__ unless keep=True or
+    an exception ended the with: the member logs are then worth reading,
+    and stderr says where they are. extra: more etcd flags for every
+    member. Members are started from the calling thread, and die with it
+    (PR_SET_PDEATHSIG)."""
 
     def __init__(self, members=3, workdir=None, exe=ETCD, extra=(), keep=False,
                  start_timeout=START_TIMEOUT_S):
@@ -293,7 +307,12 @@ class EtcdCluster:
         self.stop_all()
         if self.own_workdir and not self.keep and exc[0] is None:
             shutil.rmtree(self.workdir, ignore_errors=True)
+        elif exc[0] is not None:
+            self.note_kept()
         return False
+
+    def note_kept(self):
+        print(f"etcd_cluster: the member logs are kept in {self.workdir}", file=sys.stderr, flush=True)
 
     def start_all(self):
         """Starts every member and waits until all are healthy. A port taken
@@ -301,16 +320,20 @@ class EtcdCluster:
         _install_sigterm()
         _live.add(self)
         for attempt in (1, 2):
-            for m in self.members:
-                m.spawn(self._argv(m))
             try:
+                for m in self.members:
+                    m.spawn(self._argv(m))
                 self.wait_healthy(range(self.count), self.start_timeout)
                 return self
             except EtcdClusterError:
-                if attempt == 2 or not any(m.bind_failed() for m in self.members):
-                    self.stop_all()
-                    raise
-                self._restart_fresh()
+                if attempt == 1 and any(m.bind_failed() for m in self.members):
+                    self._restart_fresh()
+                    continue
+                self.stop_all()
+                raise
+            except BaseException:   # no __exit__ follows a failed __enter__
+                self.stop_all()
+                raise
 
     def _restart_fresh(self):
         """Throws the half-started cluster away for one on new ports."""
@@ -374,7 +397,8 @@ class EtcdCluster:
         """Each member's last log lines, for a failure message."""
         out = []
         for m in self.members:
-            state = "running" if m.running() else f"exited {m.proc.returncode}" if m.proc else "never started"
+            state = ("running" if m.running() else
+                     f"exited {m.proc.returncode}" if m.proc else "never started")
             out.append(f"--- {m.name} ({state}, {m.client_url}) {m.log_path}:\n{m.log_tail(lines)}")
         return "".join(out)
 
@@ -398,7 +422,9 @@ class EtcdCluster:
         """POSTs body (a dict) to /v3/path (e.g. "kv/range") and returns the
         decoded answer. member picks one; by default the running members are
         tried in order until one answers, so a killed member is skipped.
-        GatewayError when etcd refuses or no member answers in time."""
+        GatewayError when etcd refuses or no member answers in time. For
+        calls with one answer: lease/keepalive gives {"result": ...} and
+        ends, but watch and election/observe stream until cut (curl them)."""
         targets = [member] if member is not None else self.running_members()
         if not targets:
             raise GatewayError(path, "no member running")
@@ -444,7 +470,7 @@ class EtcdCluster:
         doc = self.call("kv/range", body, member, timeout)
         return [{"key": unb64(kv["key"]).decode(errors="surrogateescape"),
                  "value": unb64(kv.get("value")),
-                 **{f: int(kv.get(f, 0)) for f in ("create_revision", "mod_revision", "version", "lease")}}
+                 **{f: int(kv.get(f, 0)) for f in INT_FIELDS}}
                 for kv in doc.get("kvs", [])]       # no "kvs" at all when nothing matched
 
     def get(self, key, member=None, timeout=REQUEST_TIMEOUT_S):
@@ -456,4 +482,5 @@ class EtcdCluster:
         """[(key, value)] for every key starting with prefix, in etcd's key
         (byte) order: a list rather than a dict, so that the order a journal
         relies on is the one the test sees. dict(...) of it for lookups."""
-        return [(kv["key"], kv["value"]) for kv in self.range(prefix, prefix_end(prefix), member, timeout)]
+        kvs = self.range(prefix, prefix_end(prefix), member, timeout)
+        return [(kv["key"], kv["value"]) for kv in kvs]
