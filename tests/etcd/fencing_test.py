@@ -15,7 +15,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import etcd_cluster  # noqa: E402
-from replicas import LEASE_S, Replicas, Tap, rdzv  # noqa: E402
+from replicas import LEASE_S, Replicas, Tap, skipped, rdzv  # noqa: E402
 from rdzvtest import wait_for  # noqa: E402
 
 PREFIX = "/rdzv-fence"
@@ -28,9 +28,7 @@ def log_values(etcd):
 
 
 def main():
-    have, why = etcd_cluster.etcd_available()
-    if not have:
-        print(f"1..0 # SKIP {why}")
+    if skipped():
         return 0
     try:
         import zmq

@@ -14,7 +14,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import etcd_cluster  # noqa: E402
-from replicas import RDZV, Replicas, Tap, rdzv  # noqa: E402
+from replicas import RDZV, Replicas, Tap, skipped, rdzv  # noqa: E402
 from rdzvtest import wait_for  # noqa: E402
 
 
@@ -25,9 +25,7 @@ def join(servers, group, world, rank):
 
 
 def main():
-    have, why = etcd_cluster.etcd_available()
-    if not have:
-        print(f"1..0 # SKIP {why}")
+    if skipped():
         return 0
     tap = Tap()
     with tempfile.TemporaryDirectory(prefix="rdzv-etcd-quorum-") as d, \

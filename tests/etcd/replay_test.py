@@ -19,7 +19,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import etcd_cluster  # noqa: E402
 import rdzvtest  # noqa: E402
-from replicas import RDZV, RDZVD, Replica, Tap, rdzv  # noqa: E402
+from replicas import RDZV, RDZVD, Replica, Tap, skipped, rdzv  # noqa: E402
 
 # Fields that say how the process is now, not what was recorded.
 VOLATILE = {"age_s", "alive", "nccl_root", "seen_s", "last_seen_s"}
@@ -126,9 +126,7 @@ def state(server):
 
 
 def main():
-    have, why = etcd_cluster.etcd_available()
-    if not have:
-        print(f"1..0 # SKIP {why}")
+    if skipped():
         return 0
     tap = Tap()
     with tempfile.TemporaryDirectory(prefix="rdzv-etcd-replay-") as d, \

@@ -18,7 +18,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import etcd_cluster  # noqa: E402
 import rdzvtest  # noqa: E402
-from replicas import RDZVD, Tap, http_status, rdzv  # noqa: E402
+from replicas import RDZVD, Tap, skipped, http_status, rdzv  # noqa: E402
 
 
 def openssl(*args, cwd):
@@ -43,9 +43,7 @@ def make_pki(d):
 
 
 def main():
-    have, why = etcd_cluster.etcd_available()
-    if not have:
-        print(f"1..0 # SKIP {why}")
+    if skipped():
         return 0
     if not shutil.which("openssl"):
         print("1..0 # SKIP openssl not installed")
