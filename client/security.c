@@ -3,12 +3,23 @@
 #include "rdzv_private.h"
 
 #include <czmq.h>
+#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#define S_Z85_KEY_LEN 40
 
-static int s_curve(void *sock, const char *server_file, const char *secret_file,
+struct rdzv_security {
+    bool curve;
+    char server_public[S_Z85_KEY_LEN + 1];
+    char public[S_Z85_KEY_LEN + 1];
+    char secret[S_Z85_KEY_LEN + 1];
+    char *token;
+};
+
+static int s_curve(rdzv_security_t *self, const char *server_file, const char *secret_file,
                    char *err, size_t errlen)
 {
     if (!secret_file) {
@@ -25,35 +36,68 @@ static int s_curve(void *sock, const char *server_file, const char *secret_file,
     else if (!mine || strcmp(zcert_secret_txt(mine), "0000000000000000000000000000000000000000") == 0)
         rdzv_set_error(err, errlen, "RDZV_CURVE_SECRET: cannot load a secret key from %s",
                        secret_file);
-    else if (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, zcert_public_txt(server), 40) != 0
-             || zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, zcert_public_txt(mine), 40) != 0
-             || zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, zcert_secret_txt(mine), 40) != 0)
-        rdzv_set_error(err, errlen, "libzmq refused the CURVE keys: %s",
-                       zmq_strerror(zmq_errno()));
-    else
+    else {
+        snprintf(self->server_public, sizeof self->server_public, "%s", zcert_public_txt(server));
+        snprintf(self->public, sizeof self->public, "%s", zcert_public_txt(mine));
+        snprintf(self->secret, sizeof self->secret, "%s", zcert_secret_txt(mine));
+        self->curve = true;
         rc = 0;
+    }
     zcert_destroy(&server);
     zcert_destroy(&mine);
     return rc;
 }
 
-static char *s_read_token(const char *path, char *err, size_t errlen)
+rdzv_security_t *rdzv_security_new(char *err, size_t errlen)
 {
-    char *token = rdzv_read_token_file(path);
-    if (!token)
-        rdzv_set_error(err, errlen, "RDZV_GROUP_TOKEN: cannot read a token from %s", path);
-    return token;
-}
-
-int rdzv_security_configure(void *sock, char **token_out, char *err, size_t errlen)
-{
-    *token_out = NULL;
+    rdzv_security_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        rdzv_set_error(err, errlen, "out of memory");
+        errno = ENOMEM;
+        return NULL;
+    }
     const char *server = getenv("RDZV_CURVE_SERVER_PUBLIC");
     const char *secret = getenv("RDZV_CURVE_SECRET");
     const char *token = getenv("RDZV_GROUP_TOKEN");
-    if (server && *server && s_curve(sock, server, secret, err, errlen) < 0)
+    int rc = server && *server ? s_curve(self, server, secret, err, errlen) : 0;
+    if (rc == 0 && token && *token && !(self->token = rdzv_read_token_file(token))) {
+        rdzv_set_error(err, errlen, "RDZV_GROUP_TOKEN: cannot read a token from %s", token);
+        rc = -1;
+    }
+    if (rc < 0) {
+        rdzv_security_destroy(&self);
+        errno = EACCES;
+    }
+    return self;
+}
+
+void rdzv_security_destroy(rdzv_security_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    rdzv_security_t *self = *self_p;
+    free(self->token);
+    /* The secret key stays no longer in memory than the client. */
+    memset(self->secret, 0, sizeof self->secret);
+    free(self);
+    *self_p = NULL;
+}
+
+int rdzv_security_apply(const rdzv_security_t *self, void *sock, char *err, size_t errlen)
+{
+    if (!self->curve)
+        return 0;
+    if (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, self->server_public, S_Z85_KEY_LEN) != 0
+        || zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, self->public, S_Z85_KEY_LEN) != 0
+        || zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, self->secret, S_Z85_KEY_LEN) != 0) {
+        rdzv_set_error(err, errlen, "libzmq refused the CURVE keys: %s",
+                       zmq_strerror(zmq_errno()));
         return -1;
-    if (token && *token && !(*token_out = s_read_token(token, err, errlen)))
-        return -1;
+    }
     return 0;
+}
+
+const char *rdzv_security_token(const rdzv_security_t *self)
+{
+    return self->token;
 }

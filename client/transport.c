@@ -26,7 +26,7 @@ struct rdzv_transport {
     void *sock;
     int64_t next_id;
     int sends;
-    char *token;                 /* sent with every request when set */
+    rdzv_security_t *security;   /* keys and token, read once */
 };
 
 void rdzv_set_error(char *err, size_t errlen, const char *fmt, ...)
@@ -116,7 +116,13 @@ rdzv_transport_t *rdzv_transport_new(const char *endpoint, char *err, size_t err
         errno = EIO;
         return NULL;
     }
-    if (rdzv_security_configure(self->sock, &self->token, err, errlen) < 0) {
+    if (!(self->security = rdzv_security_new(err, errlen))) {
+        int saved = errno;
+        rdzv_transport_destroy(&self);
+        errno = saved;
+        return NULL;
+    }
+    if (rdzv_security_apply(self->security, self->sock, err, errlen) < 0) {
         rdzv_transport_destroy(&self);
         errno = EACCES;
         return NULL;
@@ -140,7 +146,7 @@ void rdzv_transport_destroy(rdzv_transport_t **self_p)
     if (self->sock)
         zmq_close(self->sock);
     rdzv_context_release(self->ctx);
-    free(self->token);
+    rdzv_security_destroy(&self->security);
     free(self);
     *self_p = NULL;
 }
@@ -253,11 +259,12 @@ int rdzv_transport_call(rdzv_transport_t *self, cJSON *req, int64_t deadline_ms,
                         cJSON **reply_out, char *err, size_t errlen)
 {
     int64_t id = self->next_id++;
+    const char *token = rdzv_security_token(self->security);
     cJSON_DeleteItemFromObjectCaseSensitive(req, "id");
     cJSON_DeleteItemFromObjectCaseSensitive(req, "token");
     char *text = NULL;
     if (cJSON_AddNumberToObject(req, "id", (double) id)
-        && (!self->token || cJSON_AddStringToObject(req, "token", self->token)))
+        && (!token || cJSON_AddStringToObject(req, "token", token)))
         text = cJSON_PrintUnformatted(req);
     if (!text) {
         rdzv_set_error(err, errlen, "out of memory");
