@@ -3,6 +3,7 @@
 #include "rdzv.h"
 
 #include "assignment.h"
+#include "endpoints.h"
 #include "rdzv_private.h"
 #include "rdzv_proto.h"
 #include "rdzv_util.h"
@@ -20,7 +21,7 @@
 
 struct rdzv_client {
     rdzv_transport_t *transport;
-    char *endpoint;
+    char *endpoint;              /* the servers, as messages name them */
     char session[RDZV_MAX_NAME + 1];
     char err[RDZV_ERR_LEN];
     char code[RDZV_CODE_LEN];
@@ -55,27 +56,40 @@ static int s_new_session(char *out)
     return 0;
 }
 
+/* The servers as messages name them: the endpoint, or "any of A, B". */
+static char *s_where(const rdzv_endpoints_t *servers)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f)
+        return NULL;
+    fputs(servers->count > 1 ? "any of " : "", f);
+    for (int i = 0; i < servers->count; i++)
+        fprintf(f, "%s%s", i ? ", " : "", servers->endpoint[i]);
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
 RDZV_EXPORT rdzv_client_t *rdzv_client_new(const char *endpoint, const char *session,
                                            char *err, size_t errlen)
 {
     if (!endpoint)
         endpoint = RDZV_DEFAULT_ENDPOINT;
     /* "host:port" and "host" too, as a user types them. */
-    char full[RDZV_MAX_NAME + 16];
-    if (rdzv_endpoint_normalize(endpoint, full, sizeof full) < 0) {
-        rdzv_set_error(err, errlen, "bad endpoint '%s': want tcp://HOST:PORT, HOST:PORT or "
-                       "HOST (port %d)", endpoint, RDZV_DEFAULT_PORT);
-        errno = EINVAL;
+    rdzv_endpoints_t servers;
+    if (rdzv_endpoints_parse(endpoint, &servers, err, errlen) < 0)
         return NULL;
-    }
-    endpoint = full;
     if (session && !rdzv_text_valid(session)) {
         rdzv_set_error(err, errlen, "session must be 1..%d printable bytes", RDZV_MAX_NAME);
         errno = EINVAL;
         return NULL;
     }
     rdzv_client_t *self = calloc(1, sizeof *self);
-    if (!self || !(self->endpoint = strdup(endpoint))) {
+    if (!self || !(self->endpoint = s_where(&servers))) {
         free(self);
         rdzv_set_error(err, errlen, "out of memory");
         errno = ENOMEM;
@@ -92,7 +106,7 @@ RDZV_EXPORT rdzv_client_t *rdzv_client_new(const char *endpoint, const char *ses
         errno = EIO;
         return NULL;
     }
-    self->transport = rdzv_transport_new(endpoint, err, errlen);
+    self->transport = rdzv_transport_new(&servers, err, errlen);
     if (!self->transport) {
         int saved = errno;
         rdzv_client_destroy(&self);
@@ -553,7 +567,10 @@ RDZV_EXPORT int rdzv_join(rdzv_client_t *self, const rdzv_join_args_t *args,
     if (rank0_ids && (rc = s_rank0_ids(self, args->group, nccl_ids ? nccl_ids : 1)) != RDZV_OK)
         return rc;
     char host[RDZV_MAX_NAME + 1], node[RDZV_MAX_NAME + 1];
-    if (!args->host && rdzv_route_default_host(self->endpoint, host, sizeof host,
+    /* Every server of a list is on the same network: the current one
+     * stands for them all. */
+    const char *server = rdzv_transport_endpoint(self->transport);
+    if (!args->host && rdzv_route_default_host(server, host, sizeof host,
                                                self->err, sizeof self->err) != 0)
         return RDZV_ERR_IO;
     if (!args->node && rdzv_route_default_node(node, sizeof node,

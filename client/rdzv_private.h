@@ -14,6 +14,21 @@
 #define RDZV_RESEND_CAP_MS        5000
 #define RDZV_RESEND_JITTER_PCT    20
 
+/* With several servers (an endpoint list): a server is left for the next
+ * when a copy due for it could not go on the wire for CONNECT (nothing
+ * accepts the connection: a live rdzvd on the network takes milliseconds),
+ * or when copies sent to it drew no frame back for SILENT (longer: a join
+ * or kv_wait is answered only once the others are there, and a leader
+ * answers after etcd commits). A leader that is still waiting is asked
+ * again through the standby, which names it. */
+#define RDZV_SERVER_CONNECT_MS    1000
+#define RDZV_SERVER_SILENT_MS     4000
+/* Pause before asking again after "unavailable" (the leader already waited
+ * for etcd) or a not_leader naming no leader to go to (an election under
+ * way), doubling up to the cap so that standbys are not flooded. */
+#define RDZV_RETRY_PAUSE_FIRST_MS 250
+#define RDZV_RETRY_PAUSE_CAP_MS   2000
+
 /* Deadline of a request that does not wait on other ranks (status, kv_get...). */
 #define RDZV_REQUEST_TIMEOUT_MS   10000
 /* kv_wait: the server answers "timeout" at timeout_ms; give its reply time. */

@@ -1,14 +1,18 @@
-/* DEALER transport of librdzv: request/reply matched by id, with resends.
+/* DEALER transport of librdzv: request/reply matched by id, with resends,
+ * to one server or to the replicas of an active/standby rdzvd.
  *
  * Resending the same frame is safe because every rdzv request is idempotent
  * for a given session (a repeated join is a resume); it is what carries a
- * client through a lost reply or a rdzvd restart. */
+ * client through a lost reply, a rdzvd restart, or a move to another
+ * server. Each server has its own socket, and ids are the transport's, so
+ * a late reply on any socket is still recognised by its id. */
 #include "transport.h"
 #include "context.h"
 #include "security.h"
 
 #include "rdzv.h"
 #include "rdzv_private.h"
+#include "rdzv_proto.h"
 #include "rdzv_util.h"
 
 #include <errno.h>
@@ -21,13 +25,40 @@
 #include <sys/socket.h>
 #include <zmq.h>
 
+/* The list's servers, then a spare slot for a leader that a standby named
+ * and the list lacks (a name the list spells otherwise, or one Service
+ * address in front of every replica). */
+#define S_SLOTS (RDZV_MAX_SERVERS + 1)
+
+typedef struct {
+    char endpoint[RDZV_ENDPOINT_LEN];
+    void *sock;                 /* NULL: the spare slot while unused */
+    int64_t owed_since_ms;      /* a copy due since then drew no frame back; 0: none */
+    bool sent;                  /* one of those copies went on the wire */
+} s_server_t;
+
 struct rdzv_transport {
     void *ctx;
-    void *sock;
+    rdzv_security_t *security;
+    s_server_t servers[S_SLOTS];
+    int listed;                 /* servers of the list; the spare is servers[listed] */
+    int cur;                    /* where copies go: the last to answer */
+    int named_by;               /* the listed server that named the spare's leader */
     int64_t next_id;
     int sends;
-    rdzv_security_t *security;   /* keys and token, read once */
 };
+
+/* One call: its frame, its resend schedule, and what standbys said. */
+typedef struct {
+    int64_t id;
+    const char *text;
+    bool pending;               /* a copy is due but not yet on the wire */
+    int64_t next_send_ms;
+    int64_t interval_ms;
+    int64_t pause_ms;           /* the next pause before asking again */
+    bool redirected;            /* the last answer was a not_leader */
+    cJSON *refusal;             /* the last not_leader or unavailable reply */
+} s_call_t;
 
 void rdzv_set_error(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -79,11 +110,11 @@ bool rdzv_endpoint_wants_ipv6(const char *endpoint)
 
 /* LINGER 0: a client that gives up must not block exit on unsent frames.
  * IMMEDIATE: while disconnected, sends fail instead of queueing stale
- * copies that would all arrive at once after a reconnect. IPV6 only where
- * the endpoint needs it (rdzv_endpoint_wants_ipv6): with it on, libzmq
- * resolves a name to its IPv6 addresses alone, and `localhost` (::1 in a
- * Pod's /etc/hosts) or a dual-stack Service would miss an rdzvd listening
- * on IPv4. */
+ * copies that would all arrive at once after a reconnect; it is also how a
+ * server that cannot be reached shows. IPV6 only where the endpoint needs
+ * it (rdzv_endpoint_wants_ipv6): with it on, libzmq resolves a name to its
+ * IPv6 addresses alone, and `localhost` (::1 in a Pod's /etc/hosts) or a
+ * dual-stack Service would miss an rdzvd listening on IPv4. */
 static int s_configure(void *sock, bool ipv6)
 {
     if (s_set_int(sock, ZMQ_LINGER, 0) != 0
@@ -97,7 +128,39 @@ static int s_configure(void *sock, bool ipv6)
     return 0;
 }
 
-rdzv_transport_t *rdzv_transport_new(const char *endpoint, char *err, size_t errlen)
+/* Opens slot i's socket to endpoint: 0, or -1 with err and errno set
+ * (EIO, EACCES for CURVE keys libzmq refuses, EINVAL for an endpoint
+ * libzmq refuses). */
+static int s_open(rdzv_transport_t *self, int i, const char *endpoint, char *err, size_t errlen)
+{
+    s_server_t *s = &self->servers[i];
+    snprintf(s->endpoint, sizeof s->endpoint, "%s", endpoint);
+    s->owed_since_ms = 0;
+    s->sent = false;
+    s->sock = zmq_socket(self->ctx, ZMQ_DEALER);
+    int rc = -1;
+    if (!s->sock || s_configure(s->sock, rdzv_endpoint_wants_ipv6(endpoint)) != 0) {
+        rdzv_set_error(err, errlen, "cannot create a ZeroMQ socket: %s",
+                       zmq_strerror(zmq_errno()));
+        errno = EIO;
+    } else if (rdzv_security_apply(self->security, s->sock, err, errlen) < 0) {
+        errno = EACCES;
+    } else if (zmq_connect(s->sock, endpoint) != 0) {
+        int saved = zmq_errno();
+        rdzv_set_error(err, errlen, "bad server endpoint '%s': %s", endpoint,
+                       zmq_strerror(saved));
+        errno = saved == ENOMEM ? ENOMEM : EINVAL;
+    } else {
+        rc = 0;
+    }
+    if (rc < 0 && s->sock) {
+        zmq_close(s->sock);
+        s->sock = NULL;
+    }
+    return rc;
+}
+
+rdzv_transport_t *rdzv_transport_new(const rdzv_endpoints_t *servers, char *err, size_t errlen)
 {
     rdzv_transport_t *self = calloc(1, sizeof *self);
     if (!self) {
@@ -107,10 +170,8 @@ rdzv_transport_t *rdzv_transport_new(const char *endpoint, char *err, size_t err
     }
     self->next_id = 1;
     self->ctx = rdzv_context_acquire();
-    if (self->ctx)
-        self->sock = zmq_socket(self->ctx, ZMQ_DEALER);
-    if (!self->sock || s_configure(self->sock, rdzv_endpoint_wants_ipv6(endpoint)) != 0) {
-        rdzv_set_error(err, errlen, "cannot create a ZeroMQ socket: %s",
+    if (!self->ctx) {
+        rdzv_set_error(err, errlen, "cannot create a ZeroMQ context: %s",
                        zmq_strerror(zmq_errno()));
         rdzv_transport_destroy(&self);
         errno = EIO;
@@ -122,18 +183,13 @@ rdzv_transport_t *rdzv_transport_new(const char *endpoint, char *err, size_t err
         errno = saved;
         return NULL;
     }
-    if (rdzv_security_apply(self->security, self->sock, err, errlen) < 0) {
-        rdzv_transport_destroy(&self);
-        errno = EACCES;
-        return NULL;
-    }
-    if (zmq_connect(self->sock, endpoint) != 0) {
-        int saved = zmq_errno();
-        rdzv_set_error(err, errlen, "bad server endpoint '%s': %s", endpoint,
-                       zmq_strerror(saved));
-        rdzv_transport_destroy(&self);
-        errno = saved == ENOMEM ? ENOMEM : EINVAL;
-        return NULL;
+    for (; self->listed < servers->count; self->listed++) {
+        if (s_open(self, self->listed, servers->endpoint[self->listed], err, errlen) < 0) {
+            int saved = errno;
+            rdzv_transport_destroy(&self);
+            errno = saved;
+            return NULL;
+        }
     }
     return self;
 }
@@ -143,12 +199,19 @@ void rdzv_transport_destroy(rdzv_transport_t **self_p)
     if (!self_p || !*self_p)
         return;
     rdzv_transport_t *self = *self_p;
-    if (self->sock)
-        zmq_close(self->sock);
+    for (int i = 0; i < S_SLOTS; i++) {
+        if (self->servers[i].sock)
+            zmq_close(self->servers[i].sock);
+    }
     rdzv_context_release(self->ctx);
     rdzv_security_destroy(&self->security);
     free(self);
     *self_p = NULL;
+}
+
+const char *rdzv_transport_endpoint(const rdzv_transport_t *self)
+{
+    return self->servers[self->cur].endpoint;
 }
 
 int rdzv_transport_sends(const rdzv_transport_t *self)
@@ -156,8 +219,8 @@ int rdzv_transport_sends(const rdzv_transport_t *self)
     return self ? self->sends : 0;
 }
 
-/* Next resend interval: the current one with +-RDZV_RESEND_JITTER_PCT, so
- * that ranks started together do not resend in lockstep. */
+/* Next resend interval or pause: interval_ms with +-RDZV_RESEND_JITTER_PCT,
+ * so that ranks started together do not resend in lockstep. */
 static int64_t s_jittered(int64_t interval_ms)
 {
     uint32_t r = 0;
@@ -166,6 +229,134 @@ static int64_t s_jittered(int64_t interval_ms)
     int64_t span = interval_ms * RDZV_RESEND_JITTER_PCT / 100;
     return interval_ms - span + (int64_t) (r % (uint32_t) (2 * span + 1));
 }
+
+/* ---- Which server: the list, the spare, moving between them ---- */
+
+static int s_count(const rdzv_transport_t *self)
+{
+    return self->listed + (self->servers[self->listed].sock != NULL);
+}
+
+/* The server after slot i: round robin over the list; from the spare, the
+ * one after the server that named it. */
+static int s_next(const rdzv_transport_t *self, int i)
+{
+    if (i == self->listed)
+        i = self->named_by;
+    return (i + 1) % self->listed;
+}
+
+/* Makes slot i current; a server moved to gets a fresh chance. */
+static void s_move(rdzv_transport_t *self, int i)
+{
+    if (i == self->cur)
+        return;
+    self->cur = i;
+    self->servers[i].owed_since_ms = 0;
+    self->servers[i].sent = false;
+}
+
+/* Points the spare slot at endpoint, named by slot from: its index, or -1
+ * when libzmq will not connect there. */
+static int s_open_spare(rdzv_transport_t *self, const char *endpoint, int from)
+{
+    s_server_t *spare = &self->servers[self->listed];
+    if (spare->sock)
+        zmq_close(spare->sock);
+    spare->sock = NULL;
+    if (from < self->listed)
+        self->named_by = from;
+    if (s_open(self, self->listed, endpoint, NULL, 0) < 0)
+        return -1;
+    return self->listed;
+}
+
+/* The slot of the leader a not_leader reply's error names, opening the
+ * spare for one outside the list; -1 when it names none to go to (left
+ * out while no leader is elected, malformed, or the sender itself). */
+static int s_leader(rdzv_transport_t *self, const cJSON *error, int from)
+{
+    const cJSON *leader = cJSON_GetObjectItemCaseSensitive(error, "leader");
+    char endpoint[RDZV_ENDPOINT_LEN];
+    if (!cJSON_IsString(leader)
+        || rdzv_endpoint_normalize(leader->valuestring, endpoint, sizeof endpoint) < 0
+        || strcmp(endpoint, self->servers[from].endpoint) == 0)
+        return -1;
+    for (int i = 0; i < s_count(self); i++) {
+        if (strcmp(self->servers[i].endpoint, endpoint) == 0)
+            return i;
+    }
+    /* The spare may be the sender, a leader no more: it is replaced. */
+    return s_open_spare(self, endpoint, from);
+}
+
+/* Whether the current server, owing a reply for a due copy, has had its
+ * chance: see RDZV_SERVER_CONNECT_MS and RDZV_SERVER_SILENT_MS. */
+static bool s_exhausted(const rdzv_transport_t *self, const s_call_t *call, int64_t now)
+{
+    const s_server_t *s = &self->servers[self->cur];
+    if (s_count(self) < 2 || !call->pending || s->owed_since_ms == 0)
+        return false;
+    return now - s->owed_since_ms >= (s->sent ? RDZV_SERVER_SILENT_MS : RDZV_SERVER_CONNECT_MS);
+}
+
+/* A copy is due: the current server owes a frame from now on, and moves
+ * aside for the next once it had its chance. */
+static void s_owe(rdzv_transport_t *self, s_call_t *call, int64_t now)
+{
+    if (self->servers[self->cur].owed_since_ms == 0)
+        self->servers[self->cur].owed_since_ms = now;
+    if (!s_exhausted(self, call, now))
+        return;
+    s_move(self, s_next(self, self->cur));
+    self->servers[self->cur].owed_since_ms = now;
+    call->redirected = false;
+}
+
+/* Asks again after delay_ms (0: at once), wherever s_move pointed. */
+static void s_ask_again(s_call_t *call, bool at_once, int64_t now)
+{
+    call->pending = false;
+    call->next_send_ms = now;
+    if (at_once)
+        return;
+    call->next_send_ms += s_jittered(call->pause_ms);
+    call->pause_ms *= 2;
+    if (call->pause_ms > RDZV_RETRY_PAUSE_CAP_MS)
+        call->pause_ms = RDZV_RETRY_PAUSE_CAP_MS;
+}
+
+static bool s_has_code(const cJSON *error, const char *code)
+{
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(error, "code");
+    return cJSON_IsString(c) && strcmp(c->valuestring, code) == 0;
+}
+
+/* Takes the reply (consumed) to this call from slot from: true when it is
+ * the answer, the one *reply_out gets; false when the call goes on after
+ * a not_leader (to the leader it names, at once unless the last answer was
+ * a not_leader too, which two standbys naming each other would make
+ * endless) or an unavailable (after a pause). */
+static bool s_answer(rdzv_transport_t *self, s_call_t *call, int from, cJSON *reply,
+                     int64_t now)
+{
+    const cJSON *error = cJSON_GetObjectItemCaseSensitive(reply, "error");
+    bool not_leader = cJSON_IsObject(error) && s_has_code(error, RDZV_E_NOT_LEADER);
+    if (!not_leader && !(cJSON_IsObject(error) && s_has_code(error, RDZV_E_UNAVAILABLE))) {
+        s_move(self, from);     /* later calls start where this one ended */
+        return true;
+    }
+    int to = not_leader ? s_leader(self, error, from) : -1;
+    bool at_once = to >= 0 && !call->redirected;
+    call->redirected = not_leader;
+    cJSON_Delete(call->refusal);
+    call->refusal = reply;
+    s_move(self, to >= 0 ? to : s_next(self, from));
+    s_ask_again(call, at_once, now);
+    return false;
+}
+
+/* ---- The wire ---- */
 
 /* Parses one received frame; returns it if it is the reply to id, else
  * NULL (stale replies of earlier requests, garbage). */
@@ -184,18 +375,22 @@ static cJSON *s_match(zmq_msg_t *msg, int64_t id)
     return root;
 }
 
-/* Reads every frame that is ready; returns 1 with *reply set when one
- * answers id, 0 when none did, -1 on a socket error. */
-static int s_drain(rdzv_transport_t *self, int64_t id, cJSON **reply)
+/* Reads the frames ready on slot i up to the first that answers id;
+ * returns 1 with *reply set, 0 when none did, -1 on a socket error. Any
+ * frame shows the server alive: it owes nothing more. */
+static int s_drain(rdzv_transport_t *self, int i, int64_t id, cJSON **reply)
 {
+    s_server_t *s = &self->servers[i];
     for (;;) {
         zmq_msg_t msg;
         zmq_msg_init(&msg);
-        if (zmq_msg_recv(&msg, self->sock, ZMQ_DONTWAIT) < 0) {
+        if (zmq_msg_recv(&msg, s->sock, ZMQ_DONTWAIT) < 0) {
             int e = zmq_errno();
             zmq_msg_close(&msg);
             return e == EAGAIN || e == EINTR ? 0 : -1;
         }
+        s->owed_since_ms = 0;
+        s->sent = false;
         /* One frame per reply; a multipart message is not ours to parse. */
         bool single = !zmq_msg_more(&msg);
         *reply = single ? s_match(&msg, id) : NULL;
@@ -205,53 +400,97 @@ static int s_drain(rdzv_transport_t *self, int64_t id, cJSON **reply)
     }
 }
 
-typedef struct {
-    bool pending;           /* a copy is due but not yet on the wire */
-    int64_t next_send_ms;
-    int64_t interval_ms;
-} s_schedule_t;
-
-/* Tries to put the frame on the wire; EAGAIN (not connected) keeps it due. */
-static int s_send(rdzv_transport_t *self, const char *text, s_schedule_t *sch)
+/* Tries to put the frame on the current server's wire; EAGAIN (not
+ * connected) keeps it due. */
+static int s_send(rdzv_transport_t *self, s_call_t *call)
 {
-    if (zmq_send(self->sock, text, strlen(text), ZMQ_DONTWAIT) < 0)
+    s_server_t *s = &self->servers[self->cur];
+    if (zmq_send(s->sock, call->text, strlen(call->text), ZMQ_DONTWAIT) < 0)
         return zmq_errno() == EAGAIN || zmq_errno() == EINTR ? 0 : -1;
     self->sends++;
-    sch->pending = false;
-    sch->next_send_ms = rdzv_now_ms() + s_jittered(sch->interval_ms);
-    sch->interval_ms *= 2;
-    if (sch->interval_ms > RDZV_RESEND_CAP_MS)
-        sch->interval_ms = RDZV_RESEND_CAP_MS;
+    s->sent = true;
+    call->pending = false;
+    call->next_send_ms = rdzv_now_ms() + s_jittered(call->interval_ms);
+    call->interval_ms *= 2;
+    if (call->interval_ms > RDZV_RESEND_CAP_MS)
+        call->interval_ms = RDZV_RESEND_CAP_MS;
     return 0;
 }
 
-static int s_wait_reply(rdzv_transport_t *self, const char *text, int64_t id,
-                        int64_t deadline_ms, cJSON **reply)
+/* When the loop must look again: the deadline, the next resend, or the
+ * moment the current server's chance to connect runs out. */
+static int64_t s_wake_ms(const rdzv_transport_t *self, const s_call_t *call, int64_t deadline_ms)
 {
-    s_schedule_t sch = { true, 0, RDZV_RESEND_FIRST_MS };
+    int64_t until = deadline_ms;
+    if (!call->pending && call->next_send_ms < until)
+        until = call->next_send_ms;
+    const s_server_t *s = &self->servers[self->cur];
+    int64_t give_up = s->owed_since_ms + RDZV_SERVER_CONNECT_MS;
+    if (call->pending && s_count(self) > 1 && !s->sent && give_up < until)
+        until = give_up;
+    return until;
+}
+
+/* Polls every open socket for replies, and the current one for room when
+ * a copy is due, until the wake time seen from now; returns 1 with *reply
+ * the answer, 0 to go on, -1 on a socket error. */
+static int s_poll(rdzv_transport_t *self, s_call_t *call, int64_t now, int64_t deadline_ms,
+                  cJSON **reply)
+{
+    zmq_pollitem_t items[S_SLOTS];
+    int slot[S_SLOTS], n = 0;
+    for (int i = 0; i < S_SLOTS; i++) {
+        if (!self->servers[i].sock)
+            continue;
+        items[n] = (zmq_pollitem_t) { self->servers[i].sock, 0, ZMQ_POLLIN, 0 };
+        if (call->pending && i == self->cur)
+            items[n].events |= ZMQ_POLLOUT;
+        slot[n++] = i;
+    }
+    /* Never negative: zmq_poll would wait for ever. */
+    int64_t wait_ms = s_wake_ms(self, call, deadline_ms) - now;
+    int rc = zmq_poll(items, n, (long) (wait_ms > 0 ? wait_ms : 0));
+    if (rc < 0 && zmq_errno() != EINTR)
+        return -1;
+    for (int k = 0; k < n && rc > 0; k++) {
+        if ((items[k].revents & ZMQ_POLLOUT) && s_send(self, call) != 0)
+            return -1;
+        if (!(items[k].revents & ZMQ_POLLIN))
+            continue;
+        cJSON *got = NULL;
+        int drained = s_drain(self, slot[k], call->id, &got);
+        if (drained < 0)
+            return -1;
+        if (drained == 0)
+            continue;
+        if (s_answer(self, call, slot[k], got, rdzv_now_ms())) {
+            *reply = got;
+            return 1;
+        }
+        return 0;       /* moved on: the items no longer say where to send */
+    }
+    return 0;
+}
+
+static int s_wait_reply(rdzv_transport_t *self, s_call_t *call, int64_t deadline_ms,
+                        cJSON **reply)
+{
     for (;;) {
         int64_t now = rdzv_now_ms();
+        if (now >= deadline_ms && call->refusal) {
+            *reply = call->refusal;     /* what the servers said is the answer */
+            call->refusal = NULL;
+            return RDZV_OK;
+        }
         if (now >= deadline_ms)
             return RDZV_ERR_TIMEOUT;
-        if (!sch.pending && now >= sch.next_send_ms)
-            sch.pending = true;
-        int64_t until = sch.pending || sch.next_send_ms > deadline_ms
-                        ? deadline_ms : sch.next_send_ms;
-        zmq_pollitem_t item = { self->sock, 0, ZMQ_POLLIN, 0 };
-        if (sch.pending)
-            item.events |= ZMQ_POLLOUT;
-        int rc = zmq_poll(&item, 1, (long) (until - now));
-        if (rc < 0 && zmq_errno() != EINTR)
-            return RDZV_ERR_IO;
-        if (rc <= 0)
-            continue;
-        if ((item.revents & ZMQ_POLLOUT) && s_send(self, text, &sch) != 0)
-            return RDZV_ERR_IO;
-        if (item.revents & ZMQ_POLLIN) {
-            int got = s_drain(self, id, reply);
-            if (got != 0)
-                return got > 0 ? RDZV_OK : RDZV_ERR_IO;
-        }
+        if (!call->pending && now >= call->next_send_ms)
+            call->pending = true;
+        if (call->pending)
+            s_owe(self, call, now);
+        int rc = s_poll(self, call, now, deadline_ms, reply);
+        if (rc != 0)
+            return rc > 0 ? RDZV_OK : RDZV_ERR_IO;
     }
 }
 
@@ -272,7 +511,11 @@ int rdzv_transport_call(rdzv_transport_t *self, cJSON *req, int64_t deadline_ms,
     }
     self->sends = 0;
     *reply_out = NULL;
-    int rc = s_wait_reply(self, text, id, deadline_ms, reply_out);
+    s_call_t call = { .id = id, .text = text, .pending = true,
+                      .interval_ms = RDZV_RESEND_FIRST_MS,
+                      .pause_ms = RDZV_RETRY_PAUSE_FIRST_MS };
+    int rc = s_wait_reply(self, &call, deadline_ms, reply_out);
+    cJSON_Delete(call.refusal);
     free(text);
     if (rc == RDZV_ERR_TIMEOUT)
         rdzv_set_error(err, errlen, "no reply from the server before the deadline");

@@ -71,13 +71,24 @@ typedef struct {
 /* Most IDs a group may get per epoch. */
 #define RDZV_MAX_NCCL_IDS 16
 
+/* Most servers an endpoint list may name. */
+#define RDZV_MAX_SERVERS 16
+
 /* Connects lazily to endpoint (a ZeroMQ endpoint such as
- * "tcp://127.0.0.1:29400"). session NULL: a fresh random session id, which
- * is what a new process should use; pass the old one to resume. Returns
- * NULL on failure with the reason in err (if errlen > 0) and errno set:
- * EINVAL for a malformed endpoint or session, EACCES when the files named by
- * RDZV_CURVE_SERVER_PUBLIC, RDZV_CURVE_SECRET or RDZV_GROUP_TOKEN cannot be
- * used (err then starts with that variable's name), ENOMEM or EIO. */
+ * "tcp://127.0.0.1:29400", or HOST:PORT, or HOST; NULL: 127.0.0.1:29400).
+ * endpoint may list up to RDZV_MAX_SERVERS servers separated by commas,
+ * the replicas of an active/standby rdzvd: each request goes to the server
+ * that answered last, moves on to the next when one does not answer,
+ * follows a standby's not_leader reply to the leader it names, and waits
+ * out an "unavailable" leader, all within the request's own deadline
+ * (docs/protocol.md, "Several servers: failover"). session NULL: a fresh
+ * random session id, which is what a new process should use; pass the old
+ * one to resume. Returns NULL on failure with the reason in err (if
+ * errlen > 0) and errno set: EINVAL for a malformed endpoint (err names
+ * the element of a list at fault) or session, EACCES when the files named
+ * by RDZV_CURVE_SERVER_PUBLIC, RDZV_CURVE_SECRET or RDZV_GROUP_TOKEN cannot
+ * be used (err then starts with that variable's name; the keys and token
+ * apply to every server of the list), ENOMEM or EIO. */
 rdzv_client_t *rdzv_client_new(const char *endpoint, const char *session,
                                char *err, size_t errlen);
 void rdzv_client_destroy(rdzv_client_t **self_p);
@@ -117,7 +128,8 @@ int rdzv_heartbeat(rdzv_client_t *self, const char *group, int rank,
                    int64_t epoch, int64_t *epoch_out);
 
 /* A background heartbeat for the rank of assignment: a thread with its own
- * connection under session (the session the rank joined with) that calls
+ * connection to endpoint (one server or a list, as rdzv_client_new takes
+ * it) under session (the session the rank joined with) that calls
  * rdzv_heartbeat every interval_ms (<= 0: $RDZV_HEARTBEAT seconds, else
  * 5 s), so rdzvd shows the rank alive while it runs. Each request waits
  * at most min(interval_ms, 2 s) for rdzvd. Returns NULL on failure, reason
