@@ -9,12 +9,15 @@
 #define S_CMD "group"
 
 static const char s_usage[] =
-    "Usage: rdzv group delete [--server EP] --group G [--timeout SEC]\n"
+    "Usage: rdzv group delete [--server EP[,EP...]] --group G [--timeout SEC]\n"
     "\n"
     "Deletes group G: its epochs, KV and port plans. Ranks still waiting in\n"
     "a join or kv wait of G are answered not_found.\n"
     "\n"
-    "  --server EP    rdzvd endpoint (RDZV_SERVER, default " RDZV_DEFAULT_ENDPOINT ")\n"
+    "  --server EP[,EP...]\n"
+    "                 rdzvd endpoint; a list: replicas of an active/standby\n"
+    "                 rdzvd, tried in turn (RDZV_SERVER, default\n"
+    "                 " RDZV_DEFAULT_ENDPOINT ")\n"
     "  --group G      the group (RDZV_GROUP)\n"
     "  --timeout SEC  give up after SEC seconds (default 10)\n"
     "  -h, --help     this help\n";

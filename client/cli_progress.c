@@ -74,7 +74,9 @@ static void s_report(struct cli_progress *p, rdzv_client_t **client)
     } else if (rc == RDZV_ERR_TIMEOUT || rc == RDZV_ERR_IO) {
         snprintf(line, sizeof line, "no reply from %s (rdzvd down, wrong address, "
                  "Service/NetworkPolicy, or CURVE keys)", p->server);
-        rdzv_client_destroy(client);  /* a fresh connection next time */
+        /* Kept after a timeout: it knows which server of a list to ask next. */
+        if (rc == RDZV_ERR_IO)
+            rdzv_client_destroy(client);
     } else {
         snprintf(line, sizeof line, "%s", rdzv_client_error(*client));
     }

@@ -11,13 +11,16 @@
 #define S_CMD "status"
 
 static const char s_usage[] =
-    "Usage: rdzv status [--server EP] [--group G] [--timeout SEC] [--json]\n"
+    "Usage: rdzv status [--server EP[,EP...]] [--group G] [--timeout SEC] [--json]\n"
     "\n"
     "Prints a table of the groups: world, ranks joined, the ranks still\n"
     "missing, epoch, state and age. --json prints {\"groups\":[...]} as one\n"
     "JSON line instead: also the members with their port plans.\n"
     "\n"
-    "  --server EP    rdzvd endpoint (RDZV_SERVER, default " RDZV_DEFAULT_ENDPOINT ")\n"
+    "  --server EP[,EP...]\n"
+    "                 rdzvd endpoint; a list: replicas of an active/standby\n"
+    "                 rdzvd, tried in turn (RDZV_SERVER, default\n"
+    "                 " RDZV_DEFAULT_ENDPOINT ")\n"
     "  --group G      only this group (RDZV_GROUP); not_found if it does not exist\n"
     "  --timeout SEC  give up after SEC seconds (default 10)\n"
     "  --json         the JSON document rather than the table\n"

@@ -32,7 +32,7 @@ static const struct option s_options[] = {
 
 void rdzv_agent_opts_usage(void)
 {
-    printf("usage: rdzv agent --server EP --group G --world N --rank R\n"
+    printf("usage: rdzv agent --server EP[,EP...] --group G --world N --rank R\n"
            "                  [--host ADDR] [--node NAME] --socket PATH [--timeout SEC]\n"
            "                  [--heartbeat SEC] [--reserve-wait SEC] [--port-range BASE-LIMIT]\n"
            "                  [--shim PATH] [--allow-uid UID]... [-- CMD ARGS...]\n"
@@ -40,6 +40,9 @@ void rdzv_agent_opts_usage(void)
            "LD_PRELOAD shim over the unix socket PATH (PATH.env holds the assignment).\n"
            "A plan port left in TIME_WAIT by an earlier socket is waited for, up to\n"
            "--reserve-wait SEC (default %d); one a live socket holds is an error.\n"
+           "--server may list the replicas of an active/standby rdzvd; the agent's\n"
+           "joins and heartbeats go to the one that leads, and CMD's RDZV_SERVER\n"
+           "holds the whole list.\n"
            "Environment: RDZV_SERVER RDZV_GROUP RDZV_WORLD RDZV_RANK RDZV_HOST RDZV_NODE\n"
            "RDZV_AGENT_SOCKET RDZV_PORT_RANGE (default %d-%d) RDZV_SHIM RDZV_HEARTBEAT\n"
            "RDZV_RESERVE_WAIT.\n"

@@ -53,6 +53,14 @@ expect 2 "join bad --nccl-id" "$RDZV" $J --world 2 --rank 0 --nccl-id maybe
 expect 2 "join bad --timeout" "$RDZV" $J --world 2 --rank 0 --timeout -1
 expect 2 "join flag without value" "$RDZV" join --group
 expect 2 "join bad endpoint" "$RDZV" join --server bogus://x --group g --world 2 --rank 0
+expect 2 "a server list with a bad element" "$RDZV" status --server "$EP,bogus:x"
+has "$ERR" "bad endpoint 'bogus:x' in place 2 of the server list" "the bad element is named"
+expect 2 "a server list with an empty element" env RDZV_SERVER="$EP," "$RDZV" status
+has "$ERR" "--server (or RDZV_SERVER): empty endpoint in place 2" "the empty element is named"
+for c in join status kv group; do
+    "$RDZV" $c --help >"$OUT" 2>&1
+    has "$OUT" "--server EP[,EP...]" "$c --help says --server takes a list"
+done
 expect 2 "env RDZV_WORLD non-numeric" env RDZV_WORLD=abc "$RDZV" $J --rank 0
 has "$ERR" "RDZV_WORLD" "bad RDZV_WORLD is named"
 expect 2 "status extra argument" "$RDZV" status --server "$EP" extra
@@ -126,6 +134,23 @@ expect 0 "kv wait" "$RDZV" kv wait --server "$EP" --group g --epoch 1 k --timeou
 expect 4 "kv get missing" "$RDZV" kv get --server "$EP" --group g --epoch 1 missing
 expect 3 "kv wait timeout" "$RDZV" kv wait --server "$EP" --group silent --epoch 1 k --timeout 0.1
 expect 0 "group delete" "$RDZV" group delete --server "$EP" --group g
+
+# Several servers, the first dead (nothing listens on port 1): the call
+# moves on to the live one, and CMD gets the whole list. The timeouts only
+# bound how long a client that never moves on takes to fail.
+LIST="tcp://127.0.0.1:1,$EP"
+expect 0 "status with a dead first server" "$RDZV" status --server "$LIST" --json --timeout 10
+has "$OUT" '{"groups":[]}' "the live server answers"
+expect 0 "join with a dead first server" env RDZV_SERVER="$LIST" "$RDZV" join --group g \
+    --world 2 --rank 1 --timeout 10 -- sh -c 'echo "server=$RDZV_SERVER"'
+has "$OUT" "server=$LIST" "the command's RDZV_SERVER is the whole list"
+expect 0 "join --format env with a list" "$RDZV" join --server "$LIST" --group g --world 2 \
+    --rank 1 --timeout 10 --format env
+has "$OUT" "RDZV_SERVER=$LIST" "the env lines hold the whole list"
+# Rank 5: its plan (20020..20023) is clear of the ports the lease tests bind.
+expect 0 "agent with a dead first server" "$RDZV" agent --server "$LIST" --group g --world 6 \
+    --rank 5 --timeout 10 --socket "/tmp/rdzv-cli-test-$$.sock" -- sh -c 'echo "server=$RDZV_SERVER"'
+has "$OUT" "server=$LIST" "the agent's command gets the whole list"
 
 echo "1..$n"
 exit $failed
