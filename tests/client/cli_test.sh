@@ -148,9 +148,16 @@ expect 0 "join --format env with a list" "$RDZV" join --server "$LIST" --group g
     --rank 1 --timeout 10 --format env
 has "$OUT" "RDZV_SERVER=$LIST" "the env lines hold the whole list"
 # Rank 5: its plan (20020..20023) is clear of the ports the lease tests bind.
-expect 0 "agent with a dead first server" "$RDZV" agent --server "$LIST" --group g --world 6 \
-    --rank 5 --timeout 10 --socket "/tmp/rdzv-cli-test-$$.sock" -- sh -c 'echo "server=$RDZV_SERVER"'
-has "$OUT" "server=$LIST" "the agent's command gets the whole list"
+if [ -n "${RDZV_SANITIZED:-}" ]; then
+    # The agent preloads the shim into its command; a sanitized shim in an
+    # unsanitized sh aborts (ASan's runtime must come first).
+    ok "agent with a dead first server # SKIP sanitized shim"
+    ok "the agent's command gets the whole list # SKIP sanitized shim"
+else
+    expect 0 "agent with a dead first server" "$RDZV" agent --server "$LIST" --group g --world 6 \
+        --rank 5 --timeout 10 --socket "/tmp/rdzv-cli-test-$$.sock" -- sh -c 'echo "server=$RDZV_SERVER"'
+    has "$OUT" "server=$LIST" "the agent's command gets the whole list"
+fi
 
 echo "1..$n"
 exit $failed
