@@ -109,7 +109,8 @@ rdzv_etcdj_compaction_t *rdzv_etcdj_compact_start(rdzv_etcdj_t *self, cJSON *rec
     if (c) {
         *c = (rdzv_etcdj_compaction_t) { .journal = self, .records = records, .release = release,
                                          .release_arg = arg, .gen = self->snap_gen + 1,
-                                         .through = self->queued_seq };
+                                         .through = self->queued_seq,
+                                         .log_bytes_at_start = self->log_bytes };
         if (pthread_create(&c->thread, NULL, s_write, c) == 0)
             return c;
         free(c);
@@ -132,7 +133,8 @@ int rdzv_etcdj_compact_finish(rdzv_etcdj_t *self, rdzv_etcdj_compaction_t **c_p,
     if (ok) {
         self->snap_gen = c->gen;
         self->snap_bytes = c->bytes;
-        self->log_bytes = 0;
+        self->log_bytes -= c->log_bytes_at_start < self->log_bytes ? c->log_bytes_at_start
+                                                                    : self->log_bytes;
     }
     pthread_mutex_unlock(&self->lock);
     pthread_join(c->thread, NULL);

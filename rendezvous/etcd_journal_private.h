@@ -45,6 +45,7 @@ struct rdzv_etcdj_compaction {
     void (*release)(void *);
     void *release_arg;
     uint64_t gen, through, bytes;
+    uint64_t log_bytes_at_start; /* the log it covers, for rdzv_journal_size */
     unsigned chunks;
     bool written;                /* the thread put every piece */
     atomic_bool done;            /* the committer moved the head (or it failed) */
@@ -60,7 +61,9 @@ struct rdzv_etcdj {
     char *buf;
     size_t len, cap;
     rdzv_etcdj_job_t *head, *tail;
-    uint64_t queued_seq;         /* last SEQ handed to the committer */
+    /* Last SEQ handed to the committer: the core reads it for its gates
+     * while an elected role thread sets where it starts. */
+    _Atomic uint64_t queued_seq;
     uint64_t committed_seq;      /* last SEQ etcd took */
     uint64_t applied_seq;        /* last SEQ replayed or followed */
     int64_t revision;            /* etcd's, as of the last replay or event */

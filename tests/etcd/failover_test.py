@@ -23,7 +23,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import etcd_cluster  # noqa: E402
-from replicas import RDZV, Replicas, Tap, skipped, rdzv  # noqa: E402
+from replicas import Replicas, Tap, skipped, rdzv, spawn_join  # noqa: E402
 
 ROUNDS = int(os.environ.get("RDZV_ETCD_ROUNDS", "20"))
 RANKS = int(os.environ.get("RDZV_ETCD_RANKS", "256"))
@@ -100,10 +100,7 @@ def main():
                 t_start = time.monotonic()
                 killed = None
                 for rank in range(RANKS):
-                    procs.append(subprocess.Popen(
-                        [RDZV, "join", "--server", servers, "--group", f"round{r}",
-                         "--world", str(RANKS), "--rank", str(rank), "--timeout", "120"],
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                    procs.append(spawn_join(servers, f"round{r}", RANKS, rank, timeout=120))
                     if killed is None and time.monotonic() - t_start >= delay:
                         killed = time.monotonic()
                         leader.proc.send_signal(signal.SIGKILL)

@@ -15,7 +15,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import etcd_cluster  # noqa: E402
-from replicas import LEASE_S, Replicas, Tap, skipped, rdzv  # noqa: E402
+from replicas import LEASE_S, Replicas, Tap, metrics, skipped, rdzv  # noqa: E402
 from rdzvtest import wait_for  # noqa: E402
 
 PREFIX = "/rdzv-fence"
@@ -48,6 +48,13 @@ def main():
             rc, _, err = rdzv("kv", "put", "--server", old.endpoint, "--group", "f", "--epoch",
                               "1", "before", "1")
             tap.ok(rc == 0, "a KV value put before the stop is acknowledged", err)
+
+            standby = [r for r in reps.all if r is not old][0]
+            m_lead, m_stand = metrics(old.http_port), metrics(standby.http_port)
+            tap.ok(m_lead.get("rdzv_etcd_leader") == 1 and m_stand.get("rdzv_etcd_leader") == 0
+                   and 0 < m_lead.get("rdzv_etcd_db_bytes", 0) < m_lead.get("rdzv_etcd_quota_bytes", 0),
+                   "/metrics: who leads, and etcd's space used under its quota (%d of %d bytes)"
+                   % (m_lead.get("rdzv_etcd_db_bytes", 0), m_lead.get("rdzv_etcd_quota_bytes", 0)))
 
             old.proc.send_signal(signal.SIGSTOP)
             t_stop = time.monotonic()

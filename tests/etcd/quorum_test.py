@@ -6,7 +6,6 @@ back: rdzvd serves again, and everything acknowledged before is there. TAP.
 
 Needs RDZVD, RDZV and etcd (Debian's etcd-server); skips without."""
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -14,14 +13,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import etcd_cluster  # noqa: E402
-from replicas import RDZV, Replicas, Tap, skipped, rdzv  # noqa: E402
+from replicas import Replicas, Tap, skipped, rdzv, spawn_join  # noqa: E402
 from rdzvtest import wait_for  # noqa: E402
-
-
-def join(servers, group, world, rank):
-    return subprocess.Popen([RDZV, "join", "--server", servers, "--group", group, "--world",
-                             str(world), "--rank", str(rank), "--timeout", "60"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def main():
@@ -34,10 +27,10 @@ def main():
         try:
             leader = reps.start()
             servers = leader.endpoint     # it stays the leader throughout
-            first = [join(servers, "q", 4, r) for r in (0, 1)]
+            first = [spawn_join(servers, "q", 4, r) for r in (0, 1)]
             time.sleep(0.5)
             etcd.kill(2)
-            rest = [join(servers, "q", 4, r) for r in (2, 3)]
+            rest = [spawn_join(servers, "q", 4, r) for r in (2, 3)]
             results = [p.communicate(timeout=90) + (p.returncode,) for p in first + rest]
             tap.ok(all(rc == 0 for _, _, rc in results),
                    "one etcd member killed during a rendezvous: all 4 ranks assigned",

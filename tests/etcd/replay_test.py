@@ -10,7 +10,6 @@ etcd snapshot's replay is covered too. TAP.
 Needs RDZVD, RDZV and etcd (Debian's etcd-server); skips without."""
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -19,7 +18,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "lib"))
 import etcd_cluster  # noqa: E402
 import rdzvtest  # noqa: E402
-from replicas import RDZV, RDZVD, Replica, Tap, skipped, rdzv  # noqa: E402
+from replicas import RDZVD, Replica, Tap, skipped, rdzv, spawn_join  # noqa: E402
 
 # Fields that say how the process is now, not what was recorded.
 VOLATILE = {"age_s", "alive", "nccl_root", "seen_s", "last_seen_s"}
@@ -28,10 +27,7 @@ VOLATILE = {"age_s", "alive", "nccl_root", "seen_s", "last_seen_s"}
 def joins(server, group, world, ranks, timeout=30):
     """Ranks of group joining at once; their assignments (None: a group
     left forming, whose joins time out)."""
-    ps = [subprocess.Popen([RDZV, "join", "--server", server, "--group", group, "--world",
-                            str(world), "--rank", str(r), "--timeout", str(timeout)],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-          for r in ranks]
+    ps = [spawn_join(server, group, world, r, timeout) for r in ranks]
     out = [p.communicate(timeout=60) for p in ps]
     bad = [err for p, (_, err) in zip(ps, out) if p.returncode != 0]
     if bad and timeout < 30:
@@ -157,6 +153,11 @@ def main():
                 if extra:
                     compacted = ("compaction done" in file_d.log(), "compaction done" in etcd_d.log())
                     tap.ok(all(compacted), f"{name}: both compacted (file, etcd): {compacted}")
+                    # 40 puts and 3 joins were values of their own: the snapshot replaced most.
+                    logs = len(etcd.get_prefix(f"/replay{n}/log/"))
+                    heads = len(etcd.get_prefix(f"/replay{n}/head"))
+                    tap.ok(heads == 1 and logs < 20, f"{name}: etcd holds a head and {logs} log "
+                           "values after it, not every value put")
             finally:
                 file_d.stop()
                 etcd_d.stop()

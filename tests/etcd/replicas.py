@@ -95,6 +95,13 @@ def rdzv(*args, timeout=60, env=None):
     return p.returncode, p.stdout, p.stderr
 
 
+def spawn_join(servers, group, world, rank, timeout=60):
+    """An `rdzv join` of one rank, started; its Popen (stdout, stderr piped)."""
+    return subprocess.Popen([RDZV, "join", "--server", servers, "--group", group, "--world",
+                             str(world), "--rank", str(rank), "--timeout", str(timeout)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 class Tap:
     """TAP lines, numbered as they come; plan printed at the end."""
 
