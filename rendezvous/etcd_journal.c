@@ -236,14 +236,6 @@ void rdzv_etcdj_latency(rdzv_etcdj_t *self, rdzv_histogram_t *out)
     pthread_mutex_unlock(&self->lock);
 }
 
-double rdzv_etcdj_busy_s(rdzv_etcdj_t *self)
-{
-    pthread_mutex_lock(&self->lock);
-    double since = self->busy_since;
-    pthread_mutex_unlock(&self->lock);
-    return since > 0 ? s_now_s() - since : 0;
-}
-
 uint64_t rdzv_etcdj_size(const rdzv_etcdj_t *self)
 {
     return self->snap_bytes + self->log_bytes;
@@ -326,8 +318,6 @@ void rdzv_etcdj_commit_loop(rdzv_etcdj_t *self, rdzv_etcd_t *conn)
         while (!self->head && !atomic_load(&self->stop))
             pthread_cond_wait(&self->cond, &self->lock);
         rdzv_etcdj_job_t *job = self->head;
-        if (job && self->busy_since == 0)
-            self->busy_since = s_now_s();
         pthread_mutex_unlock(&self->lock);
         if (!job)
             break;
@@ -354,7 +344,6 @@ void rdzv_etcdj_commit_loop(rdzv_etcdj_t *self, rdzv_etcd_t *conn)
             self->log_bytes += job->len;
         }
         rdzv_histogram_observe(&self->latency, s_now_s() - t0);
-        self->busy_since = self->head ? s_now_s() : 0;
         pthread_cond_broadcast(&self->cond);
         pthread_mutex_unlock(&self->lock);
         free(job->value);

@@ -39,7 +39,6 @@ uint64_t rdzv_etcdj_written(const rdzv_etcdj_t *self);
  * or has no quorum). */
 int rdzv_etcdj_wait(rdzv_etcdj_t *self, uint64_t upto, long timeout_ms);
 void rdzv_etcdj_latency(rdzv_etcdj_t *self, rdzv_histogram_t *out);
-double rdzv_etcdj_busy_s(rdzv_etcdj_t *self);
 /* Bytes of the snapshot and the values after it. */
 uint64_t rdzv_etcdj_size(const rdzv_etcdj_t *self);
 

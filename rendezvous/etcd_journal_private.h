@@ -89,7 +89,6 @@ struct rdzv_etcdj {
     void *follow_arg;
     pthread_t role_thread, keeper_thread, watch_thread;
     bool role_started, keeper_started, watch_started;
-    double busy_since;           /* a commit in flight since (monotonic s); 0: none */
     rdzv_histogram_t latency;
     uint64_t db_bytes, unavailable;
 };

@@ -27,7 +27,6 @@ int rdzv_etcdj_write(rdzv_etcdj_t *self) S_UNREACHED(-1)
 uint64_t rdzv_etcdj_written(const rdzv_etcdj_t *self) S_UNREACHED(0)
 int rdzv_etcdj_wait(rdzv_etcdj_t *self, uint64_t upto, long timeout_ms) S_UNREACHED(-1)
 void rdzv_etcdj_latency(rdzv_etcdj_t *self, rdzv_histogram_t *out) S_UNREACHED()
-double rdzv_etcdj_busy_s(rdzv_etcdj_t *self) S_UNREACHED(0)
 uint64_t rdzv_etcdj_size(const rdzv_etcdj_t *self) S_UNREACHED(0)
 rdzv_etcdj_compaction_t *rdzv_etcdj_compact_start(rdzv_etcdj_t *self, cJSON *records,
                                                   void (*release)(void *), void *arg)

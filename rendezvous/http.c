@@ -203,7 +203,6 @@ static void s_group_metrics(const rdzv_core_stats_t *st, FILE *f)
              " by name, which have no rdzv_group_* samples.", st->groups_omitted);
 }
 
-
 /* The journal in etcd: its space (etcd refuses writes past its quota, 2 GiB
  * unless --quota-backend-bytes says otherwise) and its commits. */
 static void s_etcd_metrics(const rdzv_core_stats_t *st, FILE *f)

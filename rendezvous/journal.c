@@ -335,8 +335,11 @@ void rdzv_journal_sync_latency(rdzv_journal_t *self, rdzv_histogram_t *out)
 
 double rdzv_journal_sync_busy_s(rdzv_journal_t *self)
 {
+    /* An etcd that cannot commit is etcd's failure, answered "unavailable";
+     * /healthz failing on it would have the kubelet restart every replica
+     * into an etcd that still cannot commit. */
     if (self->etcd)
-        return rdzv_etcdj_busy_s(self->etcd);
+        return 0;
     return rdzv_syncer_busy_s(self->syncer);
 }
 

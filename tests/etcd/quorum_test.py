@@ -13,7 +13,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import etcd_cluster  # noqa: E402
-from replicas import Replicas, Tap, skipped, rdzv, spawn_join  # noqa: E402
+from replicas import Replicas, Tap, http_status, skipped, rdzv, spawn_join  # noqa: E402
 from rdzvtest import wait_for  # noqa: E402
 
 
@@ -50,6 +50,10 @@ def main():
                               "--rank", "0", "--timeout", "8", timeout=60)
             tap.ok(rc != 0 and "unavailable" in err, "and so does a join", f"rc {rc}: {err[-300:]}")
             tap.ok(leader.alive(), "the leader keeps running without a quorum")
+            # Its commit has waited for seconds by now: that is etcd's failure, and a
+            # liveness probe that restarted rdzvd for it would not help.
+            tap.ok(http_status(leader.http_port, "/healthz") == 200,
+                   "and its /healthz stays 200 (nothing for the kubelet to restart)")
 
             etcd.start(1)
             etcd.start(2)
