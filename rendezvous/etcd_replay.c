@@ -261,7 +261,8 @@ long rdzv_etcdj_replay(rdzv_etcdj_t *self, rdzv_journal_apply_fn *apply, void *a
     }
     s_drop_partial(self);
     rdzv_etcd_destroy(&conn);
-    self->committed_seq = self->queued_seq = self->applied_seq;
+    self->committed_seq = self->applied_seq;
+    self->queued_seq = self->applied_seq;
     return rc < 0 ? -1 : sink.records;
 }
 

@@ -200,7 +200,8 @@ static void *s_role(void *arg)
     }
     self->follow(self->follow_arg, RDZV_JOURNAL_PROMOTED, NULL);
     pthread_mutex_lock(&self->lock);
-    self->committed_seq = self->queued_seq = self->applied_seq;
+    self->committed_seq = self->applied_seq;
+    self->queued_seq = self->applied_seq;
     snprintf(self->leader_addr, sizeof self->leader_addr, "%s", self->advertise);
     atomic_store(&self->leading, true);
     pthread_cond_broadcast(&self->cond);
