@@ -20,7 +20,7 @@ not_ok() { n=$((n + 1)); failed=$((failed + 1)); echo "not ok $n - $1"; shift; f
 check() { name=$1; shift; if "$@" >"$tmp/.out" 2>&1; then ok "$name"; else not_ok "$name" "$(tail -8 "$tmp/.out")"; fi; }
 bare() { env -i "$@"; }
 
-echo "1..17"
+echo "1..18"
 # The options after the source directory of the recipe's `meson setup` line.
 options=$(sed -n 's/.*meson setup [^ ]* [^ ]* \(.*\)/\1/p' "$dockerfile" | sed 's/ *&&.*//; s/ *\\$//')
 prefix=$(echo "$options" | sed -n 's/.*--prefix[ =]\([^ ]*\).*/\1/p')
@@ -79,7 +79,9 @@ fi
 # A real installed rdzvd on loopback; the managed range below the kernel's
 # ephemeral ports, away from the defaults other tests use.
 base=$((23000 + $$ % 40 * 32))
-bare "$root/sbin/rdzvd" --bind 'tcp://127.0.0.1:*' --endpoint-file "$tmp/ep" --state-dir "$tmp/state" \
+# env itself, not the bare() function: a function in the background is a
+# subshell, and killing that would leave rdzvd running after the test.
+env -i "$root/sbin/rdzvd" --bind 'tcp://127.0.0.1:*' --endpoint-file "$tmp/ep" --state-dir "$tmp/state" \
     --no-nccl --port-base "$base" --port-limit $((base + 256)) >"$tmp/rdzvd.log" 2>&1 &
 pid=$!
 i=0
@@ -171,5 +173,11 @@ if command -v scdoc >/dev/null 2>&1; then
 else
     n=$((n + 1)); echo "ok $n - man pages # SKIP scdoc is not installed"
 fi
+# Kubernetes and systemd stop it with SIGTERM: it must exit 0, not linger.
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+if [ $rc = 0 ] && ! kill -0 "$pid" 2>/dev/null; then ok "the installed rdzvd exits 0 on SIGTERM"; pid=""; else
+    not_ok "the installed rdzvd exits 0 on SIGTERM (rc $rc)" "$(tail -5 "$tmp/rdzvd.log")"; fi
 check "rdzvd.service names the installed rdzvd" grep -q "^ExecStart=$prefix/sbin/rdzvd " "$root/lib/systemd/system/rdzvd.service"
 exit $((failed > 0))
