@@ -8,8 +8,11 @@
 /* Raises the soft limit on open files to the hard one (a shell's default
  * of 1024 is a thousand connections); returns the limit now. */
 long rdzv_fds_raise(void);
-/* Whether fewer than reserve descriptors are left below the limit: one
- * fcntl, however many are open. */
+/* Descriptors open now, from /proc/self/fd (-1 without it): a directory
+ * read, about 0.7 ms per thousand open. */
+long rdzv_fds_open(void);
+/* Whether fewer than reserve descriptors are left below the limit: a
+ * poll() of the top reserve numbers, and a count only when one is open. */
 bool rdzv_fds_short(int reserve);
 /* The reserve that counts as short for limit: a twentieth, at least 64. */
 int rdzv_fds_reserve(long limit);
