@@ -64,5 +64,8 @@ static inline int rdzv_probe_offset(int ports_per_rank)
 #define RDZV_E_NOT_LEADER      "not_leader"
 /* The journal's store (etcd) cannot commit now: try again. */
 #define RDZV_E_UNAVAILABLE     "unavailable"
+/* The connection leaves too many bytes of replies unread: read, then ask
+ * again (docs/protocol.md, "Requests in flight"). */
+#define RDZV_E_BUSY            "busy"
 
 #endif

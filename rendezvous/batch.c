@@ -54,6 +54,7 @@ void rdzv_batch_reply(rdzv_batch_t *self, const rdzv_peer_t *peer, char *text)
     slot->text = text;
     slot->shared = NULL;
     rdzv_peer_copy(&slot->peer, peer);
+    self->reply_bytes += strlen(text);
 }
 
 void rdzv_batch_reply_assignment(rdzv_batch_t *self, const rdzv_peer_t *peer,

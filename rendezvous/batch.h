@@ -35,6 +35,7 @@ typedef struct {
      * upper bound that keeps the limit check O(1) until it gets close. */
     int pending_at_tick, added_since_tick;
     int released;                /* ranks released since the last commit */
+    size_t reply_bytes;          /* of reply texts queued since the last commit */
     rdzv_release_t releasing;
     rdzv_tokens_t *tokens;       /* --tokens; NULL: none */
 } rdzv_batch_t;

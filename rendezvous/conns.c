@@ -11,10 +11,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
-/* A reader that has stopped leaves at least this much unsent in the
- * kernel once its queue is full; one that reads, less. */
-#define S_SLOW_OUTQ 4096
-
 int rdzv_conns_init(rdzv_conns_t *self, rdzv_core_t *core, void *router, int index, long max)
 {
     memset(self, 0, sizeof *self);
@@ -47,101 +43,43 @@ void rdzv_conns_destroy(rdzv_conns_t *self)
     self->monitor = NULL;
     free(self->v);
     self->v = NULL;
-    self->len = self->cap = self->suspects = 0;
+    self->len = self->cap = 0;
 }
 
-/* The entry for fd that is shut (or not). A number can have both: a
- * connection shut down whose close libzmq has not reported yet, and the
- * new connection that got its number since. */
-static rdzv_conn_watch_t *s_find(rdzv_conns_t *self, int fd, bool shut)
+/* The connection on fd that rdzvd shut down and libzmq has not reported
+ * closed yet. */
+static rdzv_conn_watch_t *s_find(rdzv_conns_t *self, int fd)
 {
     for (size_t i = 0; i < self->len; i++)
-        if (self->v[i].fd == fd && self->v[i].shut == shut)
+        if (self->v[i].fd == fd)
             return &self->v[i];
     return NULL;
 }
 
 static void s_forget(rdzv_conns_t *self, rdzv_conn_watch_t *w)
 {
-    self->suspects -= !w->shut;
     *w = self->v[--self->len];
 }
 
-static rdzv_conn_watch_t *s_add(rdzv_conns_t *self, int fd)
+/* Shuts a connection down that libzmq accepted over the cap, and watches
+ * for its close (where it is counted). Safe only here, at its accept:
+ * libzmq 4.3's engine aborts the process if its heartbeat timer fires
+ * after a hang-up came while the peer's input was throttled (a full queue
+ * of requests unread), and a connection this new has sent nothing yet.
+ * rdzvd shuts down no other connection (sendq.h). */
+static void s_shut(rdzv_conns_t *self, int fd, rdzv_peer_drop_t why)
 {
+    if (shutdown(fd, SHUT_RDWR) < 0)
+        return;
     if (self->len == self->cap) {
         size_t cap = self->cap ? self->cap * 2 : 16;
         rdzv_conn_watch_t *v = realloc(self->v, cap * sizeof *v);
         if (!v)
-            return NULL;
+            return;
         self->v = v;
         self->cap = cap;
     }
-    rdzv_conn_watch_t *w = &self->v[self->len++];
-    memset(w, 0, sizeof *w);
-    w->fd = fd;
-    return w;
-}
-
-/* Shuts the connection down; it is counted once libzmq closes it. */
-static void s_shut(rdzv_conns_t *self, rdzv_conn_watch_t *w, rdzv_peer_drop_t why)
-{
-    if (shutdown(w->fd, SHUT_RDWR) < 0) {
-        s_forget(self, w);
-        return;
-    }
-    self->suspects -= !w->shut;
-    w->shut = true;
-    w->why = why;
-}
-
-void rdzv_conns_suspect(rdzv_conns_t *self, int fd, int64_t now_ms)
-{
-    struct stat st;
-    if (fd < 3 || s_find(self, fd, false) || fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
-        return;
-    rdzv_conn_watch_t *w = s_add(self, fd);
-    if (!w)
-        return;
-    w->ino = (unsigned long) st.st_ino;
-    w->since_ms = now_ms;
-    w->due_ms = now_ms + RDZV_CONNS_SLOW_MS;
-    self->suspects++;
-}
-
-long rdzv_conns_check(rdzv_conns_t *self, int64_t now_ms)
-{
-    long next = -1;
-    for (size_t i = 0; self->suspects && i < self->len;) {
-        rdzv_conn_watch_t *w = &self->v[i];
-        int64_t due = w->due_ms;
-        if (w->shut) {
-            i++;
-            continue;
-        }
-        if (now_ms < due) {
-            long left = (long) (due - now_ms);
-            next = next < 0 || left < next ? left : next;
-            i++;
-            continue;
-        }
-        /* The same socket (a closed one's number may be a new connection's
-         * by now), and still not reading. */
-        struct stat st;
-        int outq = 0;
-        bool same = fstat(w->fd, &st) == 0 && (unsigned long) st.st_ino == w->ino;
-        if (same && ioctl(w->fd, SIOCOUTQ, &outq) == 0 && outq >= S_SLOW_OUTQ) {
-            s_shut(self, w, RDZV_PEER_DROP_SLOW_READER);
-            i++;                     /* shut, or forgotten: v[i] is another now */
-        } else if (same && now_ms - w->since_ms < RDZV_CONNS_SUSPECT_MS) {
-            w->due_ms = now_ms + RDZV_CONNS_SLOW_MS;   /* look again */
-            next = next < 0 || RDZV_CONNS_SLOW_MS < next ? RDZV_CONNS_SLOW_MS : next;
-            i++;
-        } else {
-            s_forget(self, w);       /* v[i] is the last one now */
-        }
-    }
-    return next;
+    self->v[self->len++] = (rdzv_conn_watch_t) { .fd = fd, .why = why };
 }
 
 /* Remembers where the connection on fd comes from ("10.0.0.7:51234"). */
@@ -194,21 +132,10 @@ static void s_log_refused(rdzv_conns_t *self, int kind, const char *why, int64_t
 static void s_on_accepted(rdzv_conns_t *self, int fd, int64_t now)
 {
     s_remember(self, fd);
-    /* A suspect on this number is stale if its socket is not this one (its
-     * close went unseen). It may well be this one: a peer's requests, and
-     * its overflow, can come before the monitor reports its accept. */
-    rdzv_conn_watch_t *stale = s_find(self, fd, false);
-    struct stat st;
-    if (stale && (fstat(fd, &st) < 0 || (unsigned long) st.st_ino != stale->ino))
-        s_forget(self, stale);
     long live = rdzv_core_connections_add(self->core, 1);
     if (live <= self->max)
         return;
-    rdzv_conn_watch_t *w = s_add(self, fd);
-    if (w) {
-        self->suspects++;            /* s_shut counts it out again */
-        s_shut(self, w, RDZV_PEER_DROP_CONNECTION_CAP);
-    }
+    s_shut(self, fd, RDZV_PEER_DROP_CONNECTION_CAP);
     if (now >= self->next_cap_log) {
         self->next_cap_log = now + 60000;
         rdzv_core_log("connections", "%ld open, --max-connections allows %ld: new ones are "
@@ -234,14 +161,11 @@ static void s_on_event(rdzv_conns_t *self, uint16_t event, int32_t value, int64_
                                : "a ZMTP protocol error", now);
     } else if (event == ZMQ_EVENT_DISCONNECTED) {
         rdzv_core_connections_add(self->core, -1);
-        /* The shut one first: a live suspect may have its number now. */
-        rdzv_conn_watch_t *w = s_find(self, value, true);
-        if (!w)
-            w = s_find(self, value, false);
-        if (w && w->shut)
+        rdzv_conn_watch_t *w = s_find(self, value);
+        if (w) {
             rdzv_core_count_peer_dropped(self->core, w->why);
-        if (w)
             s_forget(self, w);
+        }
     } else if (event == ZMQ_EVENT_ACCEPT_FAILED && now >= self->next_accept_log) {
         self->next_accept_log = now + 60000;
         rdzv_core_log("connections", "cannot accept a connection: %s", strerror(value));

@@ -22,6 +22,8 @@
 /* A batch that released at least this many ranks is committed at once,
  * not held open for more requests: its ranks wait on that one sync. */
 #define S_URGENT_RANKS 64
+/* So is one whose replies hold this much text (kv values, mostly). */
+#define S_URGENT_REPLY_BYTES (8 << 20)
 
 static int s_load(rdzv_core_t *self, char *err, size_t errlen)
 {
@@ -339,6 +341,10 @@ rdzv_core_queued_t rdzv_core_defer(rdzv_core_t *self)
     rdzv_core_queued_t q = RDZV_CORE_IDLE;
     if (rdzv_journal_pending(self->journal))
         q = self->batch.released >= S_URGENT_RANKS ? RDZV_CORE_URGENT : RDZV_CORE_QUEUED;
+    /* Replies are made before any is sent: a batch of large values ends
+     * early rather than holding thousands of them at once. */
+    if (self->batch.reply_bytes >= S_URGENT_REPLY_BYTES)
+        q = RDZV_CORE_URGENT;
     self->in_batch = false;
     pthread_mutex_unlock(&self->lock);
     return q;
@@ -450,6 +456,7 @@ int rdzv_core_end(rdzv_core_t *self, rdzv_commit_t *commit)
     for (int t = 0; t < RDZV_MAX_SHARDS; t++)
         rdzv_batch_take(&self->batch, t, &commit->out[t]);
     self->batch.released = 0;
+    self->batch.reply_bytes = 0;
     self->in_batch = false;
     pthread_mutex_unlock(&self->lock);
     return rc;
@@ -514,6 +521,7 @@ bool rdzv_core_leading(rdzv_core_t *self)
 
 const char *const rdzv_drop_reason_names[RDZV_DROP_REASONS] = {
     [RDZV_DROP_SLOW_READER] = "slow_reader", [RDZV_DROP_GONE] = "gone",
+    [RDZV_DROP_BUSY] = "busy",
 };
 
 void rdzv_core_count_dropped(rdzv_core_t *self, rdzv_drop_reason_t why, unsigned n)

@@ -57,7 +57,7 @@ void rdzv_core_tick(rdzv_core_t *self);
 typedef enum {
     RDZV_CORE_IDLE,              /* nothing waits for a commit */
     RDZV_CORE_QUEUED,            /* records wait: a later end commits them */
-    RDZV_CORE_URGENT,            /* and a large release waits on them: end now */
+    RDZV_CORE_URGENT,            /* a large release or many large replies wait: end now */
 } rdzv_core_queued_t;
 /* Ends the batch without a commit: records and replies stay queued for the
  * next rdzv_core_end. Drops the lock. */
@@ -89,16 +89,20 @@ int rdzv_core_campaign(rdzv_core_t *self, const char *advertise, char *err, size
 /* Whether this rdzvd serves requests: it leads (always, without --etcd). */
 bool rdzv_core_leading(rdzv_core_t *self);
 
-/* Replies a shard could not hand to libzmq, by why: the peer's queue was
- * full (it does not read what it asked for), or the peer was gone. */
-typedef enum { RDZV_DROP_SLOW_READER, RDZV_DROP_GONE, RDZV_DROP_REASONS } rdzv_drop_reason_t;
+/* Replies a shard did not send as made, by why (sendq.h): the peer reads
+ * nothing of what it asked for (dropped), the peer was gone (dropped), or
+ * the peer left too much unread (a "busy" error went instead). */
+typedef enum {
+    RDZV_DROP_SLOW_READER, RDZV_DROP_GONE, RDZV_DROP_BUSY, RDZV_DROP_REASONS
+} rdzv_drop_reason_t;
 extern const char *const rdzv_drop_reason_names[RDZV_DROP_REASONS];
 /* Counts n such replies (any thread, no lock). */
 void rdzv_core_count_dropped(rdzv_core_t *self, rdzv_drop_reason_t why, unsigned n);
 
-/* Connections a shard closed itself, by why: the peer left its replies
- * unread until its queue overflowed, or it came while the server had all
- * --max-connections allows (conns.h). */
+/* Connections a shard closed itself, by why: it came while the server had
+ * all --max-connections allows (conns.h). slow_reader stays for the
+ * scrapers that name it; rdzvd no longer closes a peer that does not read
+ * (sendq.h says what it does instead). */
 typedef enum {
     RDZV_PEER_DROP_SLOW_READER, RDZV_PEER_DROP_CONNECTION_CAP, RDZV_PEER_DROP_REASONS
 } rdzv_peer_drop_t;

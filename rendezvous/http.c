@@ -6,6 +6,7 @@
 
 #include "rdzv_proto.h"
 #include "rdzv_util.h"
+#include "sendq.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -259,11 +260,14 @@ static void s_render_metrics(const rdzv_core_stats_t *st, FILE *f)
     for (int i = 0; i < RDZV_PEER_DROP_REASONS; i++)
         fprintf(f, "rdzv_peers_dropped_total{reason=\"%s\"} %llu\n", rdzv_peer_drop_names[i],
                 st->peers_dropped[i]);
-    fprintf(f, "# HELP rdzv_replies_dropped_total Replies not sent: the peer's queue was full "
-            "(slow_reader) or the peer was gone.\n# TYPE rdzv_replies_dropped_total counter\n");
+    fprintf(f, "# HELP rdzv_replies_dropped_total Replies not sent as made: the peer reads "
+            "nothing (slow_reader), was gone (gone), or left too much unread and got a busy "
+            "error instead (busy).\n# TYPE rdzv_replies_dropped_total counter\n");
     for (int i = 0; i < RDZV_DROP_REASONS; i++)
         fprintf(f, "rdzv_replies_dropped_total{reason=\"%s\"} %llu\n", rdzv_drop_reason_names[i],
                 st->replies_dropped[i]);
+    s_metric(f, "rdzv_reply_bytes_unread", "gauge",
+             "Bytes of replies sent to peers and not yet taken by them.", rdzv_sendq_total());
     fprintf(f, "# HELP rdzv_shard_requests_total Requests received, by the shard whose "
             "listener took the connection.\n# TYPE rdzv_shard_requests_total counter\n");
     for (int i = 0; i < RDZV_MAX_SHARDS; i++)

@@ -74,10 +74,11 @@ static zsock_t *s_router(zcert_t *cert, int peer_timeout_ms)
     zmq_setsockopt(sock, ZMQ_MAXMSGSIZE, &max, sizeof max);
     s_peer_timeouts(sock, peer_timeout_ms);
     zsock_set_linger(router, 0);
-    /* Per peer: what it may leave unread, and what it may send ahead. A
-     * reply that finds the queue full is dropped and counted (shard.c),
-     * so one peer that never reads costs at most RDZV_PEER_SNDHWM replies. */
-    zsock_set_sndhwm(router, RDZV_PEER_SNDHWM);
+    /* What a peer may leave unread is counted in bytes by sendq.c, which
+     * stops feeding one that does not read: libzmq's own limit counts
+     * messages, and a reader's as read only every few dozen. RCVHWM: what
+     * a peer may send ahead before TCP holds it back. */
+    zsock_set_sndhwm(router, 0);
     zsock_set_rcvhwm(router, RDZV_PEER_RCVHWM);
     zsock_set_router_mandatory(router, 1);
     /* A rendezvous is a burst of connects; libzmq's default backlog of 100

@@ -12,9 +12,8 @@
 typedef struct rdzv_server rdzv_server_t;
 
 #define RDZV_DEFAULT_PEER_TIMEOUT_MS 30000
-/* Messages per peer libzmq queues: replies waiting to be read (64 kv values
- * of 64 KiB are 4 MiB) and requests waiting to be handled. */
-#define RDZV_PEER_SNDHWM 64
+/* Requests per peer libzmq queues before they are handled (replies are
+ * counted in bytes: sendq.h). */
 #define RDZV_PEER_RCVHWM 1000
 
 /* CURVE: curve_secret is rdzvd's secret certificate (zcert format) and

@@ -16,6 +16,7 @@
 
 #define S_BATCH 4096                 /* requests handled before one commit */
 #define S_TICK_MS 100
+#define S_SWEEP_MS 1000              /* how often idle peers' counts go (sendq.h) */
 #define S_COMMIT_WINDOW_MS 2         /* longest a reply waits for batch-mates */
 /* The window only opens while commits follow each other this closely: a
  * burst then pays a few fsyncs rather than one per trickle, and a lone
@@ -30,7 +31,8 @@ int rdzv_shard_init(rdzv_shard_t *self, rdzv_shard_set_t *set, int index, zsock_
     self->sock = zsock_resolve(router);
     self->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     pthread_mutex_init(&self->lock, NULL);
-    if (rdzv_conns_init(&self->conns, set->core, self->sock, index, LONG_MAX) < 0)
+    self->sendq = rdzv_sendq_new();
+    if (!self->sendq || rdzv_conns_init(&self->conns, set->core, self->sock, index, LONG_MAX) < 0)
         return -1;
     return self->wake_fd < 0 ? -1 : 0;
 }
@@ -39,6 +41,7 @@ void rdzv_shard_destroy(rdzv_shard_t *self)
 {
     zsock_destroy(&self->router);
     rdzv_conns_destroy(&self->conns);
+    rdzv_sendq_destroy(&self->sendq);
     if (self->wake_fd > 0)
         close(self->wake_fd);
     for (size_t i = 0; i < self->in_len; i++)
@@ -85,40 +88,25 @@ static void s_render(rdzv_reply_t *v, size_t n)
             rdzv_reply_clear(&v[i]);
 }
 
-static void s_free_text(void *data, void *hint)
-{
-    (void) hint;
-    free(data);
-}
-
-/* Sends formatted replies and clears them. The text becomes the message
- * itself (libzmq frees it once written): a copy of every reply of a
- * release would otherwise be alive beside its text until the send. A peer
- * that vanished is dropped by the ROUTER; nothing to do. */
-/* The ROUTERs are ZMQ_ROUTER_MANDATORY with a finite SNDHWM (server.c):
- * a reply to a peer whose queue is full, or who is gone, fails at once
- * rather than piling up; it is dropped and counted, and a peer whose queue
- * is full loses its connection (it asks and does not read). */
+/* Sends formatted replies and clears them; each text becomes the message
+ * itself (libzmq frees it once written, sendq.c): a copy of every reply of
+ * a release would otherwise be alive beside its text until the send. What
+ * a peer that does not read gets instead is sendq.h's to say; a peer that
+ * vanished is dropped by the ROUTER (ZMQ_ROUTER_MANDATORY says so). */
 static void s_send_all(rdzv_shard_t *self, rdzv_reply_t *v, size_t n)
 {
     unsigned dropped[RDZV_DROP_REASONS] = { 0 };
     for (size_t i = 0; i < n; i++) {
         rdzv_reply_t *reply = &v[i];
-        zmq_msg_t body;
-        /* The body first: an identity frame sent without one would make
-         * the next reply part of this message. */
-        if (reply->text && zmq_msg_init_data(&body, reply->text, strlen(reply->text),
-                                             s_free_text, NULL) == 0) {
-            reply->text = NULL;              /* the message's now */
-            if (zmq_send(self->sock, rdzv_peer_id(&reply->peer), reply->peer.len,
-                         ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0
-                || zmq_msg_send(&body, self->sock, ZMQ_DONTWAIT) < 0) {
-                bool full = zmq_errno() == EAGAIN;
-                dropped[full ? RDZV_DROP_SLOW_READER : RDZV_DROP_GONE]++;
-                zmq_msg_close(&body);
-                if (full)
-                    rdzv_conns_suspect(&self->conns, reply->peer.fd, rdzv_now_ms());
-            }
+        if (reply->text) {
+            int rc = rdzv_sendq_send(self->sendq, self->sock, &reply->peer, reply->text);
+            reply->text = NULL;              /* the message's, or freed */
+            if (rc < 0)
+                dropped[RDZV_DROP_GONE]++;
+            else if (rc == RDZV_SENDQ_BUSY)
+                dropped[RDZV_DROP_BUSY]++;
+            else if (rc == RDZV_SENDQ_DROP)
+                dropped[RDZV_DROP_SLOW_READER]++;
         }
         rdzv_reply_clear(reply);
     }
@@ -296,7 +284,16 @@ static int s_recv_batch(rdzv_shard_t *self, int max)
         r->extra_frames = zmq_msg_more(&body);
         if (r->extra_frames)
             s_drain_frames(self->sock);
-        else
+        /* A peer that leaves its replies unread is not fed more (sendq.h):
+         * refused before the request costs anything. */
+        r->intake = rdzv_sendq_intake(self->sendq, &r->peer);
+        if (r->intake == RDZV_SENDQ_DROP) {
+            zmq_msg_close(&body);
+            rdzv_peer_clear(&r->peer);
+            rdzv_core_count_dropped(self->set->core, RDZV_DROP_SLOW_READER, 1);
+            continue;
+        }
+        if (!r->extra_frames)
             rdzv_core_parse(self->set->core, zmq_msg_data(&body), zmq_msg_size(&body),
                             &r->parsed);
         zmq_msg_close(&body);
@@ -305,10 +302,25 @@ static int s_recv_batch(rdzv_shard_t *self, int max)
     return n;
 }
 
-/* Handles a received batch under the core's lock; returns whether to wait
- * for more requests before the commit: records wait for one, nothing
- * urgent waits on them, and the shard is in a busy period. */
-static bool s_handle_batch(rdzv_shard_t *self, int n)
+/* Answers a request from a peer that leaves too much unread (sendq.h)
+ * without handling it: whatever it asked changes nothing. */
+static void s_refuse_busy(rdzv_core_t *core, rdzv_shard_request_t *r)
+{
+    r->peer.req = r->parsed.req.id;          /* kept by a failed parse too */
+    rdzv_core_error(core, &r->peer, RDZV_E_BUSY, "replies to this connection are unread: "
+                    "read them before asking more");
+    if (r->parsed.rc >= 0)
+        rdzv_request_clear(&r->parsed.req);
+}
+
+/* What to do after a batch: commit now, take what has come, or wait up to
+ * the window for more. */
+typedef enum { S_COMMIT, S_READ_ON, S_WAIT_MORE } s_next_t;
+
+/* Handles a received batch under the core's lock; returns S_WAIT_MORE when
+ * records wait for a commit, nothing urgent waits on them, and the shard
+ * is in a busy period; S_COMMIT when something urgent does. */
+static s_next_t s_handle_batch(rdzv_shard_t *self, int n)
 {
     rdzv_core_t *core = self->set->core;
     int64_t now = rdzv_now_ms();
@@ -317,13 +329,17 @@ static bool s_handle_batch(rdzv_shard_t *self, int n)
         rdzv_shard_request_t *r = &self->batch[i];
         if (r->extra_frames)
             rdzv_core_error(core, &r->peer, RDZV_E_BAD_JSON, "a request is exactly one frame");
+        else if (r->intake == RDZV_SENDQ_BUSY)
+            s_refuse_busy(core, r);
         else
             rdzv_core_handle(core, &r->peer, &r->parsed);
         rdzv_peer_clear(&r->peer);   /* whatever keeps it made its own copy */
     }
     rdzv_core_queued_t queued = rdzv_core_defer(core);
     bool busy = now - atomic_load(&self->set->last_commit_ms) <= S_BUSY_MS;
-    return queued == RDZV_CORE_QUEUED && busy;
+    if (queued == RDZV_CORE_URGENT)
+        return S_COMMIT;
+    return queued == RDZV_CORE_QUEUED && busy ? S_WAIT_MORE : S_READ_ON;
 }
 
 /* Waits up to ms for more requests, sending queued replies meanwhile. */
@@ -342,7 +358,7 @@ static void s_wait(rdzv_shard_t *self, long ms)
 static void s_on_router(rdzv_shard_t *self)
 {
     int handled = 0;
-    bool wait_more = false;
+    s_next_t next = S_READ_ON;
     int64_t until = 0;
     for (;;) {
         int want = S_BATCH - handled < RDZV_SHARD_RECV_BATCH ? S_BATCH - handled
@@ -351,15 +367,15 @@ static void s_on_router(rdzv_shard_t *self)
         if (n > 0) {
             if (!handled)
                 self->trace_got = rdzv_trace_ns();
-            wait_more = s_handle_batch(self, n);
+            next = s_handle_batch(self, n);
             self->trace_handled = rdzv_trace_ns();
             handled += n;
         }
-        if (handled >= S_BATCH)
+        if (handled >= S_BATCH || next == S_COMMIT)
             break;
         if (n == want)
             continue;
-        if (!wait_more)
+        if (next != S_WAIT_MORE)
             break;
         int64_t now = rdzv_now_ms();
         if (!until)
@@ -397,16 +413,19 @@ void rdzv_shard_loop(rdzv_shard_t *self)
 {
     int64_t next_fds = 0, next_fds_log = 0;
     rdzv_shard_set_t *set = self->set;
-    int64_t next_tick = rdzv_now_ms() + S_TICK_MS;
+    int64_t next_tick = rdzv_now_ms() + S_TICK_MS, next_sweep = 0;
     while (!atomic_load(&set->stopping)) {
         if (self->index == 0 && zsys_interrupted)
             break;
-        long timeout = rdzv_conns_check(&self->conns, rdzv_now_ms());
-        if (self->index == 0) {
-            int64_t left = next_tick - rdzv_now_ms();
-            long tick = left > 0 ? (long) left : 0;
-            timeout = timeout < 0 || tick < timeout ? tick : timeout;
+        int64_t now = rdzv_now_ms();
+        if (now >= next_sweep) {
+            rdzv_sendq_sweep(self->sendq);
+            next_sweep = now + S_SWEEP_MS;
         }
+        /* Shard 0 wakes for the core's timers; the others only for work. */
+        long timeout = -1;
+        if (self->index == 0)
+            timeout = next_tick > now ? (long) (next_tick - now) : 0;
         zmq_pollitem_t items[3] = {
             { .socket = self->sock, .events = ZMQ_POLLIN },
             { .fd = self->wake_fd, .events = ZMQ_POLLIN },

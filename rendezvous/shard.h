@@ -8,6 +8,7 @@
 
 #include "conns.h"
 #include "core.h"
+#include "sendq.h"
 
 #include <czmq.h>
 #include <pthread.h>
@@ -19,6 +20,7 @@ typedef struct {
     rdzv_peer_t peer;
     rdzv_parsed_t parsed;        /* parsed before the lock is taken */
     bool extra_frames;
+    rdzv_sendq_verdict_t intake; /* BUSY: answered so unhandled (sendq.h) */
 } rdzv_shard_request_t;
 
 typedef struct rdzv_shard_set rdzv_shard_set_t;
@@ -32,6 +34,7 @@ typedef struct rdzv_shard {
     bool started;
     int wake_fd;                 /* eventfd: the inbox has replies */
     rdzv_conns_t conns;
+    rdzv_sendq_t *sendq;         /* what each peer leaves unread */
     pthread_mutex_t lock;        /* guards the inbox */
     rdzv_reply_t *inbox;
     size_t in_len, in_cap;

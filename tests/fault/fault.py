@@ -18,6 +18,7 @@ import sys
 import fault_agent
 import fault_journal
 import fault_network
+import fault_readers
 from faultlib import TAP, Fail, Skip
 
 CASES = {
@@ -27,7 +28,9 @@ CASES = {
     "full_disk": fault_journal.case_full_disk,
     "half_message": fault_network.case_half_message,
     "stalled_peers": fault_network.case_stalled_peers,
-    "slow_readers": fault_network.case_slow_readers,
+    "slow_readers": fault_readers.case_slow_readers,
+    "nonreaders_300": fault_readers.case_nonreaders_300,
+    "pipelined_reader": fault_readers.case_pipelined_reader,
     "fd_limit": fault_network.case_fd_limit,
     "vanish_10k": fault_network.case_vanish_10k,
     "agent_sigkill": fault_agent.case_agent_sigkill,

@@ -392,13 +392,15 @@ START_TEST(test_metrics_well_formed)
         }
         ck_assert_msg(found, "sample %s has no # TYPE before it", name);
     }
-    /* Every family rdzvd documents (rdzvd.8), the two dropped-reply reasons
+    /* Every family rdzvd documents (rdzvd.8), the three dropped-reply reasons
      * and the two dropped-peer ones among the samples, and the group's own. */
-    ck_assert_int_eq(ntyped, 25);
+    ck_assert_int_eq(ntyped, 26);
     ck_assert_ptr_nonnull(strstr(r.head, "200"));
     s_fetch("/metrics", &r);
     ck_assert_ptr_nonnull(strstr(r.body, "rdzv_replies_dropped_total{reason=\"slow_reader\"} 0"));
     ck_assert_ptr_nonnull(strstr(r.body, "rdzv_replies_dropped_total{reason=\"gone\"} "));
+    ck_assert_ptr_nonnull(strstr(r.body, "rdzv_replies_dropped_total{reason=\"busy\"} 0"));
+    ck_assert_ptr_nonnull(strstr(r.body, "\nrdzv_reply_bytes_unread "));
     ck_assert_ptr_nonnull(strstr(r.body, "rdzv_peers_dropped_total{reason=\"slow_reader\"} 0"));
     ck_assert_ptr_nonnull(strstr(r.body, "\nrdzv_group_world{group=\"g\"} 1\n"));
     ck_assert_ptr_nonnull(strstr(r.body, "\nrdzv_group_ranks_joined{group=\"g\"} 1\n"));
