@@ -3,6 +3,7 @@
  * into a private buffer and answers, so a slow client never holds a shard
  * up. */
 #include "http.h"
+#include "http_slots.h"
 
 #include "rdzv_proto.h"
 #include "rdzv_util.h"
@@ -24,7 +25,6 @@
 #define RDZV_VERSION "unknown"
 #endif
 
-#define S_CONNECTION_LIMIT 64
 #define S_CONNECTION_TIMEOUT_S 10
 /* A loop that has held the lock this long, or a journal sync that has run
  * this long (replies wait for it), is wedged: /healthz fails. */
@@ -40,7 +40,8 @@ struct rdzv_http {
     struct MHD_Daemon *daemon;
     _Atomic(rdzv_core_t *) core;
     int port;
-    char *bearer;                /* "Bearer TOKEN"; NULL: no token asked for */
+    char *bearer;                /* the token; NULL: no token asked for */
+    rdzv_http_slots_t slots;     /* libmicrohttpd's thread alone */
 };
 
 /* --- address parsing --- */
@@ -369,13 +370,19 @@ static enum MHD_Result s_handle_healthz(struct MHD_Connection *conn, rdzv_core_t
     return s_text(conn, MHD_HTTP_OK, "ok\n");
 }
 
+/* "Bearer TOKEN", the scheme in any case (RFC 7235: case-insensitive). */
 static bool s_bearer_ok(const rdzv_http_t *self, struct MHD_Connection *conn)
 {
     if (!self->bearer)
         return true;
     const char *got = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                   MHD_HTTP_HEADER_AUTHORIZATION);
-    return got && rdzv_secret_equal(self->bearer, got);
+    if (!got || strncasecmp(got, "Bearer ", strlen("Bearer ")) != 0)
+        return false;
+    got += strlen("Bearer ");
+    while (*got == ' ')
+        got++;
+    return rdzv_secret_equal(self->bearer, got);
 }
 
 static enum MHD_Result s_route(struct MHD_Connection *conn, rdzv_http_t *self, const char *url)
@@ -417,11 +424,57 @@ static size_t s_keep_escaped(void *cls, struct MHD_Connection *conn, char *s)
     return strlen(s);
 }
 
+static rdzv_http_slot_t *s_slot(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info ? info->socket_context : NULL;
+}
+
+/* Closes a connection http_slots.h gave up on: its socket is shut down
+ * here, on libmicrohttpd's thread, which then reads the end and closes it. */
+static void s_evict(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (info)
+        shutdown(info->connect_fd, SHUT_RDWR);
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 1U);
+}
+
+static void s_on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                            enum MHD_ConnectionNotificationCode code)
+{
+    rdzv_http_t *self = cls;
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        rdzv_http_slots_close(&self->slots, *socket_context);
+        *socket_context = NULL;
+        return;
+    }
+    int64_t now = rdzv_now_ms();
+    *socket_context = rdzv_http_slots_open(&self->slots, conn, now);
+    /* A newcomer is when room matters: it is made then. */
+    void *late[RDZV_HTTP_CONNECTION_LIMIT];
+    size_t n = rdzv_http_slots_evict(&self->slots, now, late, RDZV_HTTP_CONNECTION_LIMIT);
+    for (size_t i = 0; i < n; i++)
+        s_evict(late[i]);
+}
+
+static void s_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                           enum MHD_RequestTerminationCode code)
+{
+    rdzv_http_t *self = cls;
+    (void) con_cls;
+    (void) code;
+    rdzv_http_slots_response(&self->slots, s_slot(conn), rdzv_now_ms());
+}
+
 static enum MHD_Result s_dispatch(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
 {
+    rdzv_http_slots_request(&((rdzv_http_t *) cls)->slots, s_slot(conn));
     if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
         return s_json(conn, MHD_HTTP_METHOD_NOT_ALLOWED,
                       s_json_error("method_not_allowed", "only GET and HEAD are served"));
@@ -466,14 +519,11 @@ rdzv_http_t *rdzv_http_new(const char *addr_port, const char *bearer, char *err,
     if (rdzv_http_parse_addr(addr_port, &addr, err, errlen) < 0)
         return NULL;
     rdzv_http_t *self = calloc(1, sizeof *self);
-    size_t blen = bearer ? strlen(bearer) + sizeof "Bearer " : 0;
-    if (!self || (bearer && !(self->bearer = malloc(blen)))) {
+    if (!self || (bearer && !(self->bearer = strdup(bearer)))) {
         free(self);
         snprintf(err, errlen, "--http: out of memory");
         return NULL;
     }
-    if (bearer)
-        snprintf(self->bearer, blen, "Bearer %s", bearer);
     atomic_init(&self->core, NULL);
     unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
     if (addr.ss_family == AF_INET6)
@@ -484,8 +534,10 @@ rdzv_http_t *rdzv_http_new(const char *addr_port, const char *bearer, char *err,
     pthread_sigmask(SIG_SETMASK, &all, &old);
     self->daemon = MHD_start_daemon(flags, 0, NULL, NULL, s_dispatch, self,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *) &addr,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned) S_CONNECTION_LIMIT,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned) RDZV_HTTP_CONNECTION_LIMIT,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned) S_CONNECTION_TIMEOUT_S,
+        MHD_OPTION_NOTIFY_CONNECTION, s_on_connection, self,
+        MHD_OPTION_NOTIFY_COMPLETED, s_on_completed, self,
         MHD_OPTION_UNESCAPE_CALLBACK, s_keep_escaped, NULL,
         MHD_OPTION_END);
     int saved = errno;

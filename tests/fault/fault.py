@@ -16,6 +16,7 @@ import argparse
 import sys
 
 import fault_agent
+import fault_http
 import fault_journal
 import fault_network
 import fault_readers
@@ -31,6 +32,7 @@ CASES = {
     "slow_readers": fault_readers.case_slow_readers,
     "nonreaders_300": fault_readers.case_nonreaders_300,
     "pipelined_reader": fault_readers.case_pipelined_reader,
+    "http_slowloris": fault_http.case_http_slowloris,
     "fd_limit": fault_network.case_fd_limit,
     "vanish_10k": fault_network.case_vanish_10k,
     "agent_sigkill": fault_agent.case_agent_sigkill,

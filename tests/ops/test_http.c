@@ -551,6 +551,20 @@ START_TEST(test_bearer_token)
     ck_assert_int_eq(r.status, 200);
     s_fetch_at(AF_INET, port, "GET", "/v1/groups", "Authorization: Bearer s3cret", &r);
     ck_assert_int_eq(r.status, 200);
+    /* The scheme in any case (RFC 7235); the token itself exactly. */
+    static const char *const schemes[] = { "bearer s3cret", "BEARER s3cret", "bEaReR  s3cret" };
+    for (size_t i = 0; i < sizeof schemes / sizeof schemes[0]; i++) {
+        char header[64];
+        snprintf(header, sizeof header, "Authorization: %s", schemes[i]);
+        s_fetch_at(AF_INET, port, "GET", "/metrics", header, &r);
+        ck_assert_msg(r.status == 200, "%s: %d", header, r.status);
+    }
+    s_fetch_at(AF_INET, port, "GET", "/metrics", "Authorization: bearer S3CRET", &r);
+    ck_assert_int_eq(r.status, 401);
+    s_fetch_at(AF_INET, port, "GET", "/metrics", "Authorization: Basic s3cret", &r);
+    ck_assert_int_eq(r.status, 401);
+    s_fetch_at(AF_INET, port, "GET", "/metrics", "Authorization: Bearers3cret", &r);
+    ck_assert_int_eq(r.status, 401);
     s_fetch_at(AF_INET, port, "GET", "/healthz", NULL, &r);
     ck_assert_int_eq(r.status, 200);
     s_fetch_at(AF_INET, port, "GET", "/readyz", NULL, &r);
