@@ -4,6 +4,7 @@
 #include "handlers.h"
 #include "documents.h"
 #include "log.h"
+#include "reclaim.h"
 #include "records.h"
 #include "release.h"
 #include "rdzv_proto.h"
@@ -90,7 +91,7 @@ static int s_alive(const rdzv_batch_t *self, const rdzv_group_t *g)
 static rdzv_group_t *s_resize(rdzv_batch_t *self, const rdzv_peer_t *peer, rdzv_group_t *g,
                               const rdzv_request_t *req)
 {
-    if (self->state->ranks - g->world + req->world > self->cfg->limits.max_ranks) {
+    if (!rdzv_reclaim_room(self, req->world - g->world, false, g)) {
         rdzv_batch_error(self, peer, RDZV_E_LIMIT, "a world of %d for group %s would pass "
                          "rdzvd's limit of %lld ranks (--max-ranks)", req->world, g->name,
                          (long long) self->cfg->limits.max_ranks);
@@ -132,12 +133,14 @@ static bool s_group_ok(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_g
                          g->name);
         return false;
     }
-    if (!g && (int) zhashx_size(self->state->groups) >= self->cfg->limits.max_groups) {
-        rdzv_batch_error(self, peer, RDZV_E_LIMIT, "rdzvd holds %d groups, its limit",
-                        self->cfg->limits.max_groups);
+    if (g || rdzv_reclaim_room(self, req->world, true, NULL))
+        return true;
+    if ((int) zhashx_size(self->state->groups) >= self->cfg->limits.max_groups) {
+        rdzv_batch_error(self, peer, RDZV_E_LIMIT, "rdzvd holds %d groups, its limit, and "
+                         "none is forming without a waiter", self->cfg->limits.max_groups);
         return false;
     }
-    if (!g && self->state->ranks + req->world > self->cfg->limits.max_ranks) {
+    if (self->state->ranks + req->world > self->cfg->limits.max_ranks) {
         rdzv_batch_error(self, peer, RDZV_E_LIMIT, "rdzvd holds groups of %lld ranks in all; "
                          "a world of %d would pass its limit of %lld (--max-ranks)",
                          (long long) self->state->ranks, req->world,

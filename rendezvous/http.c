@@ -244,6 +244,9 @@ static void s_render_metrics(const rdzv_core_stats_t *st, FILE *f)
     s_metric(f, "rdzv_groups_expired_total", "counter",
              "Groups whose first epoch never formed, deleted after --forming-ttl.",
              m->groups_expired);
+    s_metric(f, "rdzv_groups_reclaimed_total", "counter",
+             "Forming groups nobody waited in, deleted to make room for a new group.",
+             m->groups_reclaimed);
     s_metric(f, "rdzv_journal_compactions_total", "counter",
              "Journal rewrites as the records of the current state.", m->compactions);
     s_metric(f, "rdzv_open_files_limit", "gauge",

@@ -29,6 +29,7 @@ typedef struct {
     uint64_t epoch_changes;
     uint64_t compactions;                  /* journal rewrites that succeeded */
     uint64_t groups_expired;               /* forming groups deleted by --forming-ttl */
+    uint64_t groups_reclaimed;             /* ... or to make room for a new group (reclaim.h) */
     uint64_t refusals[RDZV_ERROR_CODES];
     uint64_t shard_requests[RDZV_MAX_SHARDS];   /* by the shard they came in on */
     rdzv_histogram_t join_latency;         /* a rank's join to its assignment */

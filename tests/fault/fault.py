@@ -19,6 +19,7 @@ import fault_agent
 import fault_http
 import fault_journal
 import fault_network
+import fault_quota
 import fault_readers
 from faultlib import TAP, Fail, Skip
 
@@ -33,6 +34,8 @@ CASES = {
     "nonreaders_300": fault_readers.case_nonreaders_300,
     "pipelined_reader": fault_readers.case_pipelined_reader,
     "http_slowloris": fault_http.case_http_slowloris,
+    "forming_lockout": fault_quota.case_forming_lockout,
+    "reclaim_spares_waiters": fault_quota.case_reclaim_spares_waiters,
     "fd_limit": fault_network.case_fd_limit,
     "vanish_10k": fault_network.case_vanish_10k,
     "agent_sigkill": fault_agent.case_agent_sigkill,
