@@ -335,16 +335,34 @@ static void s_handle_kv(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_
     }
 }
 
+/* A plan overlap names the other group, its node and rank: under --tokens
+ * only to a caller whose token opens that group too. The overlap itself,
+ * on the caller's own rank and host, stays. */
+static void s_redact_overlaps(rdzv_tokens_t *tokens, cJSON *group, const char *token)
+{
+    cJSON *overlaps = cJSON_GetObjectItemCaseSensitive(group, "plan_overlaps");
+    for (cJSON *o = overlaps ? overlaps->child : NULL; o; o = o->next) {
+        const cJSON *other = cJSON_GetObjectItemCaseSensitive(o, "other_group");
+        if (cJSON_IsString(other) && rdzv_tokens_allow(tokens, other->valuestring, token))
+            continue;
+        cJSON_ReplaceItemInObjectCaseSensitive(o, "other_group", cJSON_CreateNull());
+        cJSON_ReplaceItemInObjectCaseSensitive(o, "other_node", cJSON_CreateNull());
+        cJSON_ReplaceItemInObjectCaseSensitive(o, "other_rank", cJSON_CreateNull());
+    }
+}
+
 static void s_handle_status(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
 {
     cJSON *groups = rdzv_state_status(self->state, req->group, self->now_ms);
-    const cJSON *token = cJSON_GetObjectItemCaseSensitive(req->root, "token");
+    const cJSON *token_item = cJSON_GetObjectItemCaseSensitive(req->root, "token");
+    const char *token = cJSON_IsString(token_item) ? token_item->valuestring : NULL;
     for (cJSON *g = self->tokens && groups ? groups->child : NULL, *next; g; g = next) {
         next = g->next;
         const char *name = cJSON_GetObjectItemCaseSensitive(g, "group")->valuestring;
-        if (!rdzv_tokens_allow(self->tokens, name, cJSON_IsString(token) ? token->valuestring
-                                                                          : NULL))
+        if (!rdzv_tokens_allow(self->tokens, name, token))
             cJSON_Delete(cJSON_DetachItemViaPointer(groups, g));
+        else
+            s_redact_overlaps(self->tokens, g, token);
     }
     if (req->group && cJSON_GetArraySize(groups) == 0) {
         cJSON_Delete(groups);

@@ -3,7 +3,7 @@
 new groups; a group with a rank waiting keeps it."""
 import json
 
-from faultlib import Server, Skip, TAP, join, join_async, wait_for
+from faultlib import Server, Skip, TAP, check, join, join_async, wait_for
 
 
 def raw_joins(endpoint, count, world):
@@ -78,3 +78,53 @@ def case_reclaim_spares_waiters(opts):
                % (waiting.returncode, rc))
     finally:
         srv.close()
+
+
+def case_tenant_overlap_leak(opts):
+    """Under --tokens, a status names another group whose plan overlaps on a
+    shared host only to a caller whose token opens that group too; the
+    overlap itself is still shown."""
+    import os
+    import shutil
+    import tempfile
+    from faultlib import cli
+    tmp = tempfile.mkdtemp(prefix="rdzv-fault-overlap-")
+    srv = None
+    try:
+        tokens = os.path.join(tmp, "tokens")
+        os.makedirs(tokens)
+        for name, text in (("a", "token-of-a"), ("a0", "token-of-a"), ("b", "token-of-b")):
+            with open(os.path.join(tokens, name), "w") as f:
+                f.write(text + "\n")
+        env_a = dict(os.environ, RDZV_GROUP_TOKEN=os.path.join(tokens, "a"))
+        env_b = dict(os.environ, RDZV_GROUP_TOKEN=os.path.join(tokens, "b"))
+        srv = Server(opts, extra=["--tokens", tokens])
+        # One address, three node names: each node's plan starts at the
+        # base, and a status names the other node first by name.
+        for group, node, env in (("a0", "node-0", env_a), ("b", "node-1", env_b),
+                                 ("a", "node-2", env_a)):
+            rc, _, err = join(opts, srv.endpoint, group, 1, 0, node=node, env=env)
+            TAP.ok(rc == 0, "group %s joins from node %s (rc %d %s)"
+                   % (group, node, rc, err.strip()[:100]))
+
+        def overlaps(group, env):
+            rc, out, err = cli(opts, "status", "--json", "--server", srv.endpoint, "--group",
+                               group, env=env)
+            check(rc == 0, "status of %s: %s" % (group, err))
+            status = json.loads(out)
+            groups = status if isinstance(status, list) else status.get("groups", [])
+            return groups[0].get("plan_overlaps", []), out
+        seen, _ = overlaps("a", env_a)
+        TAP.ok([(o["other_group"], o["other_node"]) for o in seen] == [("a0", "node-0")],
+               "A's status of a names A's own group a0 it overlaps with (%s)" % seen)
+        seen, out = overlaps("b", env_b)
+        TAP.ok(len(seen) == 1 and seen[0]["other_group"] is None and seen[0]["other_node"] is None
+               and seen[0]["other_rank"] is None and "node-0" not in out and "a0" not in out,
+               "B's status of b shows the overlap on its rank but names nothing of A's (%s)" % seen)
+        seen, out = overlaps("a0", env_a)
+        TAP.ok(len(seen) == 1 and seen[0]["other_group"] is None and "node-1" not in out,
+               "A's status of a0 names nothing of B's group b (%s)" % seen)
+    finally:
+        if srv:
+            srv.close()
+        shutil.rmtree(tmp, ignore_errors=True)
