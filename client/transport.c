@@ -418,15 +418,18 @@ static int s_send(rdzv_transport_t *self, s_call_t *call)
 }
 
 /* When the loop must look again: the deadline, the next resend, or the
- * moment the current server's chance to connect runs out. */
+ * moment the current server's chance runs out (s_exhausted). A server that
+ * was sent copies and died holding them never makes room for the next:
+ * without that wake the call would wait on it until the deadline. */
 static int64_t s_wake_ms(const rdzv_transport_t *self, const s_call_t *call, int64_t deadline_ms)
 {
     int64_t until = deadline_ms;
     if (!call->pending && call->next_send_ms < until)
         until = call->next_send_ms;
     const s_server_t *s = &self->servers[self->cur];
-    int64_t give_up = s->owed_since_ms + RDZV_SERVER_CONNECT_MS;
-    if (call->pending && s_count(self) > 1 && !s->sent && give_up < until)
+    int64_t give_up = s->owed_since_ms
+                      + (s->sent ? RDZV_SERVER_SILENT_MS : RDZV_SERVER_CONNECT_MS);
+    if (call->pending && s_count(self) > 1 && s->owed_since_ms && give_up < until)
         until = give_up;
     return until;
 }

@@ -37,6 +37,8 @@ typedef struct {
     s_role_t role;
     char leader[128];
     int unavailable;            /* "unavailable" answers before serving */
+    int lead_after;             /* a standby that leads from this request on; 0: never */
+    int die_after;              /* closes its socket after this many requests; 0: never */
     void *ctx;
     void *router;
     char endpoint[128];
@@ -79,12 +81,13 @@ static void s_answer(s_server_t *s, zmq_msg_t *ident, const cJSON *req, int n)
 {
     char body[2048];
     double id = cJSON_GetObjectItem(req, "id")->valuedouble;
+    bool standby = s->role == S_STANDBY && !(s->lead_after && n >= s->lead_after);
     if (s->role == S_SILENT)
         return;
-    if (s->role == S_STANDBY && *s->leader)
+    if (standby && *s->leader)
         snprintf(body, sizeof body, "\"ok\":false,\"error\":{\"code\":\"not_leader\","
                  "\"message\":\"standby %c\",\"leader\":\"%s\"}", s->name, s->leader);
-    else if (s->role == S_STANDBY)
+    else if (standby)
         snprintf(body, sizeof body, "\"ok\":false,\"error\":{\"code\":\"not_leader\","
                  "\"message\":\"standby %c, no leader elected\"}", s->name);
     else if (n < s->unavailable)
@@ -118,13 +121,18 @@ static void *s_run(void *arg)
             cJSON_Delete(req);
         }
         zmq_msg_close(&ident);
+        if (s->die_after && atomic_load(&s->nreq) >= s->die_after)
+            break;
     }
+    /* Killed: the connections drop and nothing listens on the port. */
+    zmq_close(s->router);
     return NULL;
 }
 
-/* A server on a free port; curve_secret: a CURVE server with that key. */
-static s_server_t *s_start(char name, s_role_t role, const char *leader, int unavailable,
-                           const char *curve_secret)
+/* A server on a free port, not serving until s_go; curve_secret: a CURVE
+ * server with that key. */
+static s_server_t *s_new(char name, s_role_t role, const char *leader, int unavailable,
+                         const char *curve_secret)
 {
     s_server_t *s = calloc(1, sizeof *s);
     s->name = name;
@@ -142,8 +150,19 @@ static s_server_t *s_start(char name, s_role_t role, const char *leader, int una
     ck_assert_int_eq(zmq_bind(s->router, "tcp://127.0.0.1:*"), 0);
     size_t len = sizeof s->endpoint;
     zmq_getsockopt(s->router, ZMQ_LAST_ENDPOINT, s->endpoint, &len);
+    return s;
+}
+
+static s_server_t *s_go(s_server_t *s)
+{
     pthread_create(&s->thread, NULL, s_run, s);
     return s;
+}
+
+static s_server_t *s_start(char name, s_role_t role, const char *leader, int unavailable,
+                           const char *curve_secret)
+{
+    return s_go(s_new(name, role, leader, unavailable, curve_secret));
 }
 
 /* Stops the thread; the requests stay readable until s_free. */
@@ -152,7 +171,6 @@ static void s_stop(s_server_t *s)
     if (atomic_exchange(&s->stop, true))
         return;
     pthread_join(s->thread, NULL);
-    zmq_close(s->router);
     zmq_ctx_term(s->ctx);
 }
 
@@ -385,6 +403,36 @@ START_TEST(test_join_through_a_standby)
 }
 END_TEST
 
+/* The leader dies holding a join (no reply owed yet), and the standby,
+ * still naming the dead leader for a while, takes over: the waiting rank
+ * leaves the dead server for the standby however long its next copy has
+ * been due, and gets its assignment there. */
+START_TEST(test_join_survives_the_leaders_death)
+{
+    s_server_t *a = s_new('A', S_SILENT, NULL, 0, NULL);
+    a->die_after = 1;
+    s_go(a);
+    s_server_t *b = s_new('B', S_STANDBY, a->endpoint, 0, NULL);
+    b->lead_after = 2;
+    s_go(b);
+    char list[300];
+    rdzv_client_t *c = rdzv_client_new(s_list(list, sizeof list, a->endpoint, b->endpoint),
+                                       "sess", NULL, 0);
+    rdzv_join_args_t args = { .group = "g", .world = 2, .rank = 1, .timeout_ms = 15000 };
+    rdzv_assignment_t *asg = NULL;
+    int rc = rdzv_join(c, &args, &asg);
+    ck_assert_msg(rc == RDZV_OK, "join: %d %s", rc, rdzv_client_error(c));
+    ck_assert_int_eq(rdzv_assignment_rank(asg), 1);
+    s_stop(b);
+    ck_assert_int_eq(s_nreq(a), 1);
+    ck_assert_int_eq(s_nreq(b), 3);
+    rdzv_assignment_destroy(&asg);
+    rdzv_client_destroy(&c);
+    s_free(&a);
+    s_free(&b);
+}
+END_TEST
+
 /* Heartbeats of 200 ms, each shorter than a server's chance to connect,
  * still leave the dead server: the client remembers it went unanswered. */
 START_TEST(test_heartbeat_fails_over)
@@ -557,6 +605,7 @@ static Suite *s_suite(void)
     tcase_add_test(tc, test_dead_first_server);
     tcase_add_test(tc, test_silent_first_server);
     tcase_add_test(tc, test_heartbeat_fails_over);
+    tcase_add_test(tc, test_join_survives_the_leaders_death);
     suite_add_tcase(s, tc);
     tc = tcase_create("unavailable");
     tcase_set_timeout(tc, 30);
