@@ -37,12 +37,17 @@ static int s_apply_join(rdzv_state_t *self, rdzv_group_t *g, const rdzv_record_t
     rdzv_member_t *m = rdzv_group_member(g, (int) rank);
     if (!m)
         return -1;
+    uint64_t before = rdzv_member_text_bytes(m->host, m->node, m->session);
     /* The node's plan entry now, while ranks trickle in, rather than all
      * of them in the release the last rank waits for. */
-    if (s_set(&m->host, host) < 0 || s_set(&m->node, node) < 0
+    int rc = s_set(&m->host, host) < 0 || s_set(&m->node, node) < 0
         || s_set(&m->session, session) < 0
         || !(m->plan_node = rdzv_plans_node(self->plans, node))
-        || rdzv_state_host_node(self, host, node) < 0)
+        || rdzv_state_host_node(self, host, node) < 0 ? -1 : 0;
+    uint64_t after = rdzv_member_text_bytes(m->host, m->node, m->session);
+    g->member_bytes += after - before;
+    self->member_bytes += after - before;
+    if (rc < 0)
         return -1;
     if (epoch == g->epoch && m->epoch < epoch)
         g->joined++;

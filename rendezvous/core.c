@@ -70,6 +70,8 @@ static void s_set_limits(rdzv_limits_t *l)
         l->max_kv_bytes = RDZV_DEFAULT_MAX_KV_BYTES;
     if (l->max_kv_total_bytes == 0)
         l->max_kv_total_bytes = RDZV_DEFAULT_MAX_KV_TOTAL_BYTES;
+    if (l->max_member_bytes == 0)
+        l->max_member_bytes = RDZV_DEFAULT_MAX_MEMBER_BYTES;
     if (l->max_waits <= 0)
         l->max_waits = RDZV_DEFAULT_MAX_WAITS;
     if (l->max_rps == 0)

@@ -91,7 +91,7 @@ static int s_alive(const rdzv_batch_t *self, const rdzv_group_t *g)
 static rdzv_group_t *s_resize(rdzv_batch_t *self, const rdzv_peer_t *peer, rdzv_group_t *g,
                               const rdzv_request_t *req)
 {
-    if (!rdzv_reclaim_room(self, req->world - g->world, false, g)) {
+    if (!rdzv_reclaim_room(self, (rdzv_reclaim_need_t) { .ranks = req->world - g->world }, g)) {
         rdzv_batch_error(self, peer, RDZV_E_LIMIT, "a world of %d for group %s would pass "
                          "rdzvd's limit of %lld ranks (--max-ranks)", req->world, g->name,
                          (long long) self->cfg->limits.max_ranks);
@@ -133,7 +133,8 @@ static bool s_group_ok(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_g
                          g->name);
         return false;
     }
-    if (g || rdzv_reclaim_room(self, req->world, true, NULL))
+    if (g || rdzv_reclaim_room(self, (rdzv_reclaim_need_t) { .ranks = req->world, .group = true },
+                               NULL))
         return true;
     if ((int) zhashx_size(self->state->groups) >= self->cfg->limits.max_groups) {
         rdzv_batch_error(self, peer, RDZV_E_LIMIT, "rdzvd holds %d groups, its limit, and "
@@ -162,6 +163,24 @@ static rdzv_group_t *s_make_group(rdzv_batch_t *self, const rdzv_peer_t *peer,
     }
     rdzv_core_log("group", "created group=%s world=%d", req->group, req->world);
     return rdzv_state_group(self->state, req->group);
+}
+
+/* Whether the rank's strings fit --max-member-mib: a count of ranks alone
+ * would let 255-byte hosts, nodes and sessions cost a kilobyte each. */
+static bool s_member_bytes_ok(rdzv_batch_t *self, const rdzv_peer_t *peer,
+                              const rdzv_group_t *g, const rdzv_member_t *m,
+                              const rdzv_request_t *req)
+{
+    uint64_t now = m ? rdzv_member_text_bytes(m->host, m->node, m->session) : 0;
+    uint64_t want = rdzv_member_text_bytes(req->host, req->node, req->session);
+    uint64_t max = self->cfg->limits.max_member_bytes;
+    if (want <= now
+        || rdzv_reclaim_room(self, (rdzv_reclaim_need_t) { .member_bytes = want - now }, g))
+        return true;
+    rdzv_batch_error(self, peer, RDZV_E_LIMIT, "the host, node and session strings of every "
+                     "rank held would pass rdzvd's limit of %llu MiB (--max-member-mib)",
+                     (unsigned long long) (max >> 20));
+    return false;
 }
 
 /* Decides what a join means for the rank (docs/protocol.md, rules 2-5). */
@@ -208,6 +227,8 @@ static void s_handle_join(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdz
         return;
     }
     if (!(m && m->waiting) && !rdzv_batch_wait_ok(self, peer))
+        return;
+    if (!s_member_bytes_ok(self, peer, g, m, req))
         return;
     if (!g && !(g = s_make_group(self, peer, req)))
         return;

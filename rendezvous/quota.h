@@ -12,6 +12,7 @@ typedef struct {
     int64_t max_ranks;           /* the worlds of every group held, summed */
     uint64_t max_kv_bytes;       /* keys + values of one group's epoch */
     uint64_t max_kv_total_bytes; /* keys + values of every group together */
+    uint64_t max_member_bytes;   /* host, node and session strings of every rank */
     int max_waits;               /* joins and kv waits pending at once */
     int max_rps;                 /* requests per second per connection */
 } rdzv_limits_t;
@@ -20,6 +21,7 @@ typedef struct {
 #define RDZV_DEFAULT_MAX_RANKS    (1 << 24)
 #define RDZV_DEFAULT_MAX_KV_BYTES (64ull << 20)
 #define RDZV_DEFAULT_MAX_KV_TOTAL_BYTES (1024ull << 20)
+#define RDZV_DEFAULT_MAX_MEMBER_BYTES (1024ull << 20)
 #define RDZV_DEFAULT_MAX_WAITS    1000000
 #define RDZV_DEFAULT_MAX_RPS      1000
 

@@ -97,6 +97,8 @@ static void s_usage(FILE *out)
         "                           (default 3600; 0: never)\n"
         "  --max-kv-mib N           KV bytes per group and epoch (default 64)\n"
         "  --max-kv-total-mib N     KV bytes of all groups together (default 1024)\n"
+        "  --max-member-mib N       bytes of every rank's host, node and session strings\n"
+        "                           together (default 1024)\n"
         "  --max-waits N            joins and kv waits pending at once (default 1000000)\n"
         "  --max-rps N              requests per second per connection, -1: no limit (default 1000)\n"
         "  --endpoint-file PATH     write the bound endpoint to PATH once serving\n"
@@ -167,6 +169,7 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         { "max-ranks", required_argument, 0, 'X' }, { "forming-ttl", required_argument, 0, 'Y' },
         { "max-kv-mib", required_argument, 0, 'K' },
         { "max-kv-total-mib", required_argument, 0, 'J' },
+        { "max-member-mib", required_argument, 0, 1007 },
         { "max-waits", required_argument, 0, 'W' }, { "max-rps", required_argument, 0, 'P' },
         { "shards", required_argument, 0, 'S' }, { "listeners", required_argument, 0, 'Q' },
         { "etcd", required_argument, 0, 1000 }, { "etcd-prefix", required_argument, 0, 1001 },
@@ -175,7 +178,7 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         { "advertise", required_argument, 0, 1006 },
         { 0, 0, 0, 0 },
     };
-    int c, dead_after = 15, compact_mib = 64, kv_mib = 64, kv_total_mib = 1024;
+    int c, dead_after = 15, compact_mib = 64, kv_mib = 64, kv_total_mib = 1024, member_mib = 1024;
     int max_ranks = RDZV_DEFAULT_MAX_RANKS, forming_ttl = 3600;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         int rc = 0;
@@ -237,6 +240,7 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         case 'X': rc = s_int_arg("--max-ranks", optarg, 1, INT_MAX, &max_ranks); break;
         case 'Y': rc = s_int_arg("--forming-ttl", optarg, 0, 30 * 86400, &forming_ttl); break;
         case 'J': rc = s_int_arg("--max-kv-total-mib", optarg, 1, 1 << 20, &kv_total_mib); break;
+        case 1007: rc = s_int_arg("--max-member-mib", optarg, 1, 1 << 20, &member_mib); break;
         case 'W': rc = s_int_arg("--max-waits", optarg, 1, 1 << 28, &o->cfg.limits.max_waits); break;
         case 'P': rc = s_int_arg("--max-rps", optarg, -1, 1 << 24, &o->cfg.limits.max_rps); break;
         case 1000: o->etcd.endpoints = optarg; break;
@@ -277,6 +281,7 @@ static int s_parse(int argc, char **argv, s_options_t *o)
     o->cfg.compact_bytes = (uint64_t) compact_mib << 20;
     o->cfg.limits.max_kv_bytes = (uint64_t) kv_mib << 20;
     o->cfg.limits.max_kv_total_bytes = (uint64_t) kv_total_mib << 20;
+    o->cfg.limits.max_member_bytes = (uint64_t) member_mib << 20;
     o->cfg.limits.max_ranks = max_ranks;
     o->cfg.forming_ttl_ms = (int64_t) forming_ttl * 1000;
     return 0;

@@ -11,11 +11,12 @@ bool rdzv_reclaim_candidate(const rdzv_group_t *g)
     return !g->complete && g->epoch <= 1 && g->waiting == 0 && zlistx_size(g->kv_waiters) == 0;
 }
 
-static bool s_fits(const rdzv_batch_t *self, int64_t ranks, bool new_group)
+static bool s_fits(const rdzv_batch_t *self, rdzv_reclaim_need_t need)
 {
     const rdzv_limits_t *l = &self->cfg->limits;
-    return self->state->ranks + ranks <= l->max_ranks
-           && (!new_group || (int) zhashx_size(self->state->groups) < l->max_groups);
+    return self->state->ranks + need.ranks <= l->max_ranks
+           && (!need.group || (int) zhashx_size(self->state->groups) < l->max_groups)
+           && self->state->member_bytes + need.member_bytes <= l->max_member_bytes;
 }
 
 /* Least recently heard from first; never heard from since a load counts
@@ -26,10 +27,9 @@ static int s_by_heard(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-bool rdzv_reclaim_room(rdzv_batch_t *self, int64_t ranks, bool new_group,
-                       const rdzv_group_t *keep)
+bool rdzv_reclaim_room(rdzv_batch_t *self, rdzv_reclaim_need_t need, const rdzv_group_t *keep)
 {
-    if (s_fits(self, ranks, new_group))
+    if (s_fits(self, need))
         return true;
     zhashx_t *groups = self->state->groups;
     size_t n = 0;
@@ -40,17 +40,17 @@ bool rdzv_reclaim_room(rdzv_batch_t *self, int64_t ranks, bool new_group,
         if (g != keep && rdzv_reclaim_candidate(g))
             v[n++] = g;
     qsort(v, n, sizeof *v, s_by_heard);
-    for (size_t i = 0; i < n && !s_fits(self, ranks, new_group); i++) {
+    for (size_t i = 0; i < n && !s_fits(self, need); i++) {
         char name[RDZV_MAX_NAME + 1];
         snprintf(name, sizeof name, "%s", v[i]->name);
         int world = v[i]->world, joined = v[i]->joined;
         if (rdzv_batch_record(self, rdzv_record_delete(name)) < 0)
             break;
         self->metrics->groups_reclaimed++;
-        rdzv_core_log("reclaim", "group=%s world=%d joined=%d reason=\"a new group needs its "
-                      "place under --max-ranks/--max-groups, and nobody waits in it\"",
+        rdzv_core_log("reclaim", "group=%s world=%d joined=%d reason=\"a new group or rank "
+                      "needs its place under rdzvd's limits, and nobody waits in it\"",
                       name, world, joined);
     }
     free(v);
-    return s_fits(self, ranks, new_group);
+    return s_fits(self, need);
 }

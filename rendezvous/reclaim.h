@@ -2,8 +2,9 @@
  * that nobody waits in give their place, least recently heard from first.
  *
  * Without this, one client could announce worlds it never fills (256 joins
- * of world 65536 with a deadline of 1 ms fill --max-ranks) and every new
- * group, however small, would be refused until --forming-ttl expired them.
+ * of world 65536 with a deadline of 1 ms fill --max-ranks), or join ranks
+ * with the longest strings, and every new group or rank, however small,
+ * would be refused until --forming-ttl expired them.
  * A group whose first epoch has not formed and in which no join or KV wait
  * is pending holds nothing anyone waits for: its ranks that come back later
  * join it afresh. A group with a rank waiting is never taken. */
@@ -18,10 +19,15 @@
 /* Whether g is forming its first epoch with nobody waiting in it. */
 bool rdzv_reclaim_candidate(const rdzv_group_t *g);
 
+/* What a request needs beyond what rdzvd holds. */
+typedef struct {
+    int64_t ranks;               /* of --max-ranks */
+    bool group;                  /* one more group, of --max-groups */
+    uint64_t member_bytes;       /* of --max-member-mib */
+} rdzv_reclaim_need_t;
+
 /* Deletes such groups (recorded, so that a replay agrees; never keep) until
- * ranks more ranks and, if new_group, one more group fit rdzvd's limits.
- * Returns whether they fit now. */
-bool rdzv_reclaim_room(rdzv_batch_t *self, int64_t ranks, bool new_group,
-                       const rdzv_group_t *keep);
+ * need fits rdzvd's limits. Returns whether it fits now. */
+bool rdzv_reclaim_room(rdzv_batch_t *self, rdzv_reclaim_need_t need, const rdzv_group_t *keep);
 
 #endif

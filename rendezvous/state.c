@@ -153,6 +153,7 @@ void rdzv_state_remove_group(rdzv_state_t *self, const char *name)
     if (g) {
         self->kv_bytes -= g->kv_bytes;
         self->ranks -= g->world;
+        self->member_bytes -= g->member_bytes;
     }
     rdzv_plans_release_group(self->plans, name);
     zhashx_delete(self->groups, name);
@@ -199,4 +200,14 @@ rdzv_member_t *rdzv_group_next(const rdzv_group_t *g, int *r)
         (*r)++;
     }
     return NULL;
+}
+
+static uint64_t s_text_bytes(const char *s)
+{
+    return s ? 16 + ((strlen(s) + 1 + 15) & ~(size_t) 15) : 0;
+}
+
+uint64_t rdzv_member_text_bytes(const char *host, const char *node, const char *session)
+{
+    return s_text_bytes(host) + s_text_bytes(node) + s_text_bytes(session);
 }

@@ -70,6 +70,7 @@ typedef struct {
     zhashx_t *kv;
     zlistx_t *kv_waiters;        /* rdzv_kv_waiter_t */
     uint64_t kv_bytes;           /* keys + values of the current epoch */
+    uint64_t member_bytes;       /* its members' strings (rdzv_member_text_bytes) */
     int64_t heard_ms;            /* last join or heartbeat (memory only; 0 after a load) */
     bool overlaps_due;           /* released since the overlaps were logged */
 } rdzv_group_t;
@@ -80,6 +81,7 @@ typedef struct {
     rdzv_plans_t *plans;
     uint64_t kv_bytes;           /* every group's kv_bytes, summed */
     int64_t ranks;               /* every group's world, summed */
+    uint64_t member_bytes;       /* every group's member_bytes, summed */
     /* host address -> the node names ranks joined with from it (a zhashx
      * used as a set): two nodes of one address share one network namespace. */
     zhashx_t *host_nodes;
@@ -95,6 +97,9 @@ typedef struct {
 int rdzv_state_init(rdzv_state_t *self, const rdzv_config_t *cfg);
 void rdzv_state_clear(rdzv_state_t *self);
 rdzv_group_t *rdzv_state_group(const rdzv_state_t *self, const char *name);
+/* What a member's host, node and session strings cost in memory, as the
+ * allocator hands them out (a header and 16-byte steps); NULLs cost 0. */
+uint64_t rdzv_member_text_bytes(const char *host, const char *node, const char *session);
 /* Records that ranks joined from host with node; 0 or -1. */
 int rdzv_state_host_node(rdzv_state_t *self, const char *host, const char *node);
 /* Joins and kv waits pending now. */

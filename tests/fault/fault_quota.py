@@ -128,3 +128,43 @@ def case_tenant_overlap_leak(opts):
         if srv:
             srv.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def case_member_bytes(opts):
+    """--max-member-mib 1: ranks with 255-byte host, node and session
+    strings (816 bytes each as allocated) are refused with limit once their
+    strings fill the budget, not after a count of ranks that would cost a
+    kilobyte each; and a forming group nobody waits in gives the bytes back
+    to a new group."""
+    try:
+        import zmq
+    except ImportError:
+        raise Skip("python3-zmq is not installed")
+    srv = Server(opts, extra=("--max-member-mib", "1", "--max-rps", "-1"))
+    try:
+        s = zmq.Context.instance().socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.connect(srv.endpoint)
+        world, long = 2000, "x" * 255
+        for r in range(world):
+            s.send(json.dumps({"v": 1, "id": r + 1, "op": "join", "group": "fat",
+                               "world": world, "rank": r, "session": long[:251] + "%04d" % r, "host": long,
+                               "node": long, "timeout_ms": 1, "nccl_id": "none"}).encode())
+        codes = []
+        while len(codes) < world and s.poll(10000):
+            codes.append(json.loads(s.recv()).get("error", {}).get("code", "ok"))
+        s.close()
+        taken = codes.count("timeout")
+        per_rank = 3 * (16 + 256)
+        TAP.ok(codes.count("limit") > 0 and taken <= (1 << 20) // per_rank,
+               "%d ranks of 255-byte strings taken, then %d refused with limit (1 MiB holds "
+               "%d at %d bytes a rank)" % (taken, codes.count("limit"), (1 << 20) // per_rank,
+                                           per_rank))
+        first = join_async(opts, srv.endpoint, "small", 2, 0, timeout=10)
+        rc, _, err = join(opts, srv.endpoint, "small", 2, 1, timeout=10)
+        first.communicate(timeout=30)
+        TAP.ok(rc == 0 and first.returncode == 0 and "reclaim group=fat" in srv.log(),
+               "the abandoned group gives its bytes back: a new group forms (exit %d and %d %s)"
+               % (first.returncode, rc, err.strip()[:120]))
+    finally:
+        srv.close()
