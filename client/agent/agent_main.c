@@ -166,7 +166,11 @@ static int s_why_in_use(int port, int *time_wait, char *err, size_t errlen)
         return -1;
     }
     *time_wait = st.time_wait;
-    if (!st.live && rdzv_reserve_would_reuse(port))
+    /* Only TIME_WAIT: it goes by itself. A TIME_WAIT left by a socket
+     * without SO_REUSEADDR refuses even the reuse probe, so it is enough
+     * that /proc/net/tcp shows nothing else; a bound socket it cannot show
+     * is named once the TIME_WAIT is gone. */
+    if (!st.live && (st.time_wait || rdzv_reserve_would_reuse(port)))
         return 0;
     char holder[256];
     if (st.live)

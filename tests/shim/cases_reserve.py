@@ -55,11 +55,13 @@ class Range:
         self.tmp.cleanup()
 
 
-def time_wait_on(port):
+def time_wait_on(port, reuseaddr=True):
     """Leaves port in TIME_WAIT: the side that closes first keeps it there
-    for a minute, as a server that ran before rdzv does."""
+    for a minute, as a server that ran before rdzv does. Without
+    SO_REUSEADDR, the TIME_WAIT refuses even a bind that sets it."""
     srv = socket.socket()
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuseaddr:
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("127.0.0.1", port))
     srv.listen()
     c = socket.create_connection(("127.0.0.1", port))
@@ -80,12 +82,23 @@ def case_reserve_time_wait(opts, index):
     """A plan port in TIME_WAIT only: the agent says it waits (naming the
     port), gives up after --reserve-wait with exit 1, and with time to wait
     starts once the port is free; the group stays at epoch 1."""
+    s_time_wait(opts, index, reuseaddr=True)
+
+
+def case_reserve_time_wait_plain(opts, index):
+    """The same, for a TIME_WAIT left by a listener without SO_REUSEADDR
+    (the agent used to exit at once, blaming a socket that neither listens
+    nor connects)."""
+    s_time_wait(opts, index, reuseaddr=False)
+
+
+def s_time_wait(opts, index, reuseaddr):
     if not shutil.which("ss"):
         raise rdzvtest.Skip("ss (iproute2) is not installed")
     r = Range(opts, index)
+    port = r.base + 2
     try:
-        port = r.base + 2
-        time_wait_on(port)
+        time_wait_on(port, reuseaddr)
         check(time_waits(port) == 1, "no TIME_WAIT on %d to start with" % port)
         t0 = time.monotonic()
         first = subprocess.run(r.argv("--reserve-wait", "2"), capture_output=True, text=True,
@@ -116,6 +129,9 @@ def case_reserve_time_wait(opts, index):
             agent.terminate()
             agent.wait(timeout=WAIT_S)
     finally:
+        # A failed run must not leave the next one its TIME_WAIT.
+        subprocess.run(["ss", "-K", "state", "time-wait", "sport = :%d" % port],
+                       capture_output=True)
         r.close()
 
 
