@@ -17,7 +17,9 @@
  * process can hold and the kernel frees when it dies. Returns the
  * descriptor, or -1 with the reason (naming the agent that holds the port)
  * in err, and the bind's errno in *bind_errno where the bind failed (0
- * otherwise). Keep *lock open as long as the reservation. */
+ * otherwise). Keep *lock open as long as the reservation; it is -2 when a
+ * process of another uid squats the lock's name and nothing holds the
+ * port (that process cannot share it: the reservation goes on without). */
 int rdzv_reserve_port(int port, int *lock, int *bind_errno, char *err, size_t errlen);
 
 /* Whether a bind with SO_REUSEADDR (never listening, closed at once) would

@@ -135,6 +135,74 @@ def s_time_wait(opts, index, reuseaddr):
         r.close()
 
 
+SQUATTER = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind("\\0rdzv-agent-port-%d")
+if %r:
+    s.listen(1)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def s_squat(port, uid, listen):
+    """A process of uid that binds the agent lock's name for port."""
+    argv = [PY, "-c", SQUATTER % (port, listen)]
+    if uid != os.getuid():
+        argv = ["setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups"] + argv
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    check(p.stdout.readline().strip() == "ready", "the squatter did not start")
+    return p
+
+
+def case_reserve_squatted_lock(opts, index):
+    """Anyone in the network namespace can bind the agent's lock name
+    @rdzv-agent-port-P. The agent calls the holder an rdzv agent only when
+    it is one; a holder of another uid, which cannot share the port, is gone
+    round (the agent starts and says so); one of the agent's own uid, or one
+    that does not answer, stops it with the holder named for what it is."""
+    if os.getuid() != 0 or not shutil.which("setpriv"):
+        raise rdzvtest.Skip("needs root and setpriv (util-linux) to squat as another uid")
+    r = Range(opts, index)
+    port = r.base + 3
+    squatter = None
+    try:
+        squatter = s_squat(port, 65534, True)
+        log = os.path.join(r.tmp.name, "agent.log")
+        agent = subprocess.Popen(r.argv("--reserve-wait", "5"), stderr=open(log, "w"))
+        try:
+            wait_for(lambda: os.path.exists(r.sock) or agent.poll() is not None,
+                     "the agent to start beside a squatter of uid 65534")
+            text = open(log).read()
+            check(os.path.exists(r.sock) and "held by pid %d (uid 65534, not an rdzv agent)"
+                  % squatter.pid in text and "going on without it" in text,
+                  "the agent did not go round the squatter: %s" % text)
+        finally:
+            agent.terminate()
+            agent.wait(timeout=WAIT_S)
+        squatter.kill()
+        squatter.wait()
+        for uid, listen, want in ((0, True, "is held by pid %d (uid 0, python3"),
+                                  (65534, False, "held by a socket that takes no connections, "
+                                   "so not by an rdzv agent")):
+            squatter = s_squat(port, uid, listen)
+            p = subprocess.run(r.argv("--reserve-wait", "5"), capture_output=True, text=True,
+                               timeout=WAIT_S)
+            expect = want % squatter.pid if "%d" in want else want
+            check(p.returncode == 1 and expect in p.stderr
+                  and "reserved by another rdzv agent" not in p.stderr,
+                  "squatter of uid %d (listening: %s): the agent exited %d: %s"
+                  % (uid, listen, p.returncode, p.stderr))
+            squatter.kill()
+            squatter.wait()
+            squatter = None
+    finally:
+        if squatter:
+            squatter.kill()
+        r.close()
+
+
 def case_reserve_live_holder(opts, index):
     """A plan port a live listener holds: the agent exits 1 at once, naming
     the port, the socket's state, its pid and command."""
