@@ -42,11 +42,14 @@ def metrics(port):
 
 
 class Replica(rdzvtest.Rdzvd):
-    def __init__(self, workdir, endpoints, prefix, *extra):
+    """lease: --etcd-lease in seconds; None leaves rdzvd's default."""
+
+    def __init__(self, workdir, endpoints, prefix, *extra, lease=LEASE_S):
         os.makedirs(workdir, exist_ok=True)
         self.http_port = free_port()
+        lease_flags = ("--etcd-lease", str(lease)) if lease is not None else ()
         super().__init__(RDZVD, workdir, "--etcd", endpoints, "--etcd-prefix", prefix,
-                         "--etcd-lease", str(LEASE_S), "--http", str(self.http_port),
+                         *lease_flags, "--http", str(self.http_port),
                          "--no-nccl", *extra, start=False)
 
     def ready(self):
@@ -60,8 +63,9 @@ class Replica(rdzvtest.Rdzvd):
 class Replicas:
     """n rdzvd on etcd endpoints, under prefix; start() waits until one leads."""
 
-    def __init__(self, workdir, endpoints, n=3, prefix="/rdzv-test", extra=()):
-        self.all = [Replica(os.path.join(workdir, f"rdzvd{i}"), endpoints, prefix, *extra)
+    def __init__(self, workdir, endpoints, n=3, prefix="/rdzv-test", extra=(), lease=LEASE_S):
+        self.all = [Replica(os.path.join(workdir, f"rdzvd{i}"), endpoints, prefix, *extra,
+                            lease=lease)
                     for i in range(n)]
 
     def start(self):
