@@ -21,6 +21,7 @@ struct rdzv_etcd {
     char *endpoint[S_MAX_ENDPOINTS];
     int count, current;
     char *ca, *cert, *key;
+    bool stalled;                /* the last call: a member connected, then did not answer */
 };
 
 typedef struct {
@@ -222,6 +223,7 @@ static int s_call(rdzv_etcd_t *self, const char *path, const cJSON *body, long t
         return RDZV_ETCD_UNREACHABLE;
     }
     int rc = RDZV_ETCD_UNREACHABLE;
+    self->stalled = false;
     for (int tried = 0; tried < self->count; tried++) {
         long status = 0;
         a->len = 0;
@@ -242,8 +244,16 @@ static int s_call(rdzv_etcd_t *self, const char *path, const cJSON *body, long t
             rc = RDZV_ETCD_REFUSED;
             break;
         }
-        snprintf(err, errlen, "%s%s: %s", self->endpoint[self->current], path,
-                 a->too_large ? "answer too large" : curl_easy_strerror(cc));
+        curl_off_t connected_us = 0;
+        curl_easy_getinfo(self->curl, CURLINFO_CONNECT_TIME_T, &connected_us);
+        bool stalled = cc == CURLE_OPERATION_TIMEDOUT && connected_us > 0;
+        /* A member that took the call and said nothing tells more than
+         * those that refused the connection after it. */
+        if (stalled || !self->stalled)
+            snprintf(err, errlen, "%s%s: %s%s", self->endpoint[self->current], path,
+                     a->too_large ? "answer too large" : curl_easy_strerror(cc),
+                     stalled ? " (connected, no answer)" : "");
+        self->stalled = self->stalled || stalled;
         self->current = (self->current + 1) % self->count;
         /* A stream's caller resumes from what it has seen, on the next. */
         if (stopped || a->fn)
@@ -280,6 +290,23 @@ int rdzv_etcd_stream(rdzv_etcd_t *self, const char *path, const cJSON *body, lon
     cJSON_Delete(last);
     free(a.data);
     return rc;
+}
+
+bool rdzv_etcd_transient(const rdzv_etcd_t *self, const char *err)
+{
+    /* What etcd 3.4 answers while it elects a leader or has no quorum. */
+    static const char *const passing[] = {
+        "leader changed", "no leader", "request timed out", "context deadline exceeded",
+        "too many requests", "unhealthy cluster", "not capable",
+    };
+    if (self && self->stalled)
+        return true;
+    if (!err || !strstr(err, "etcd answered HTTP"))
+        return false;
+    for (size_t i = 0; i < sizeof passing / sizeof passing[0]; i++)
+        if (strstr(err, passing[i]))
+            return true;
+    return false;
 }
 
 char *rdzv_etcd_b64(const void *data, size_t len)

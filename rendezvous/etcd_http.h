@@ -49,6 +49,13 @@ int rdzv_etcd_stream(rdzv_etcd_t *self, const char *path, const cJSON *body, lon
                      rdzv_etcd_stream_fn *fn, void *arg, const atomic_bool *stop,
                      char *err, size_t errlen);
 
+/* Whether the last call failed for a reason that passes by itself: etcd
+ * answered err (its text, as a call wrote it) while it elects a leader or
+ * has no quorum, or a member took the connection and did not answer in
+ * time (what a member without quorum does). A wrong address or TLS
+ * setting is no such reason. */
+bool rdzv_etcd_transient(const rdzv_etcd_t *self, const char *err);
+
 /* The endpoint the last call used. */
 const char *rdzv_etcd_endpoint(const rdzv_etcd_t *self);
 

@@ -10,6 +10,13 @@
 #include <time.h>
 #include <unistd.h>
 
+/* How long rdzvd waits at start for an etcd that elects a leader or lacks
+ * quorum, in leases (a minute at the default 5 s); then it exits as it
+ * would at once for a wrong address. */
+#define S_START_LEASES 12
+#define S_START_PAUSE_FIRST_MS 250
+#define S_START_PAUSE_CAP_MS 4000
+
 static double s_now_s(void)
 {
     return (double) rdzv_etcdj_now_ms() / 1000.0;
@@ -40,21 +47,51 @@ rdzv_etcdj_t *rdzv_etcdj_new(const rdzv_etcd_config_t *cfg, char *err, size_t er
     self->cfg.cert = cfg->cert ? strdup(cfg->cert) : NULL;
     self->cfg.key = cfg->key ? strdup(cfg->key) : NULL;
     self->cfg.ttl_s = cfg->ttl_s > 0 ? cfg->ttl_s : 5;
+    self->starting = true;
+    self->start_deadline_ms = rdzv_etcdj_now_ms() + (int64_t) S_START_LEASES * self->cfg.ttl_s * 1000;
+    self->start_pause_ms = S_START_PAUSE_FIRST_MS;
     /* Reach etcd once now: a wrong --etcd fails at start, not later. */
     rdzv_etcd_t *conn = rdzv_etcd_new(&self->cfg, err, errlen);
-    cJSON *reply = NULL, *body = cJSON_CreateObject();
+    cJSON *body = cJSON_CreateObject();
     char key[512];
     rdzv_etcdj_add_range(body, rdzv_etcdj_key(self, key, sizeof key, "head"), NULL);
-    int rc = conn ? rdzv_etcd_call(conn, "/v3/kv/range", body, RDZV_ETCDJ_CALL_MS, &reply,
-                                   err, errlen) : -1;
+    int rc = -1;
+    while (conn) {
+        cJSON *reply = NULL;
+        rc = rdzv_etcd_call(conn, "/v3/kv/range", body, RDZV_ETCDJ_CALL_MS, &reply, err, errlen);
+        cJSON_Delete(reply);
+        if (rc == RDZV_ETCD_OK || !rdzv_etcdj_start_again(self, conn, "reading the journal's head",
+                                                          err, errlen))
+            break;
+    }
     cJSON_Delete(body);
-    cJSON_Delete(reply);
     rdzv_etcd_destroy(&conn);
     if (rc != RDZV_ETCD_OK) {
         rdzv_etcdj_destroy(&self);
         return NULL;
     }
     return self;
+}
+
+bool rdzv_etcdj_start_again(rdzv_etcdj_t *self, const rdzv_etcd_t *conn, const char *what,
+                            char *err, size_t errlen)
+{
+    if (!self->starting || !rdzv_etcd_transient(conn, err))
+        return false;
+    int64_t now = rdzv_etcdj_now_ms(), pause = self->start_pause_ms;
+    if (now + pause > self->start_deadline_ms) {
+        size_t n = strlen(err);
+        snprintf(err + n, errlen - n, " (etcd was still electing or without quorum %d s after "
+                 "start: giving up)", S_START_LEASES * self->cfg.ttl_s);
+        return false;
+    }
+    rdzv_core_log("etcd", "%s: %s; etcd is electing a leader or has no quorum: trying again "
+                  "in %.2f s, for %lld s more at most", what, err, (double) pause / 1000.0,
+                  (long long) ((self->start_deadline_ms - now) / 1000));
+    fflush(stderr);
+    usleep((useconds_t) pause * 1000);
+    self->start_pause_ms = pause * 2 > S_START_PAUSE_CAP_MS ? S_START_PAUSE_CAP_MS : pause * 2;
+    return true;
 }
 
 static void s_free_jobs(rdzv_etcdj_job_t *job)

@@ -91,6 +91,10 @@ struct rdzv_etcdj {
     bool role_started, keeper_started, watch_started;
     rdzv_histogram_t latency;
     uint64_t db_bytes, unavailable;
+    /* Until the campaign starts: transient etcd errors are tried again
+     * (rdzv_etcdj_start_again) until the deadline, after the pause. */
+    bool starting;
+    int64_t start_deadline_ms, start_pause_ms;
 };
 
 /* Key names; each returns buf. */
@@ -105,6 +109,12 @@ uint64_t rdzv_etcdj_key_seq(const rdzv_etcdj_t *self, const char *key);
 cJSON *rdzv_etcdj_leader_compare(const rdzv_etcdj_t *self);
 /* A range of [key, end) as request object members; end NULL: key alone. */
 void rdzv_etcdj_add_range(cJSON *obj, const char *key, const char *end);
+/* At start only: whether the call that failed with err (on conn) is worth
+ * another try, etcd being in a passing trouble (rdzv_etcd_transient) and
+ * the start deadline not past. If so, logs what failed and sleeps the
+ * back-off first. If not because the deadline passed, err says so. */
+bool rdzv_etcdj_start_again(rdzv_etcdj_t *self, const rdzv_etcd_t *conn, const char *what,
+                            char *err, size_t errlen);
 /* Monotonic milliseconds. */
 int64_t rdzv_etcdj_now_ms(void);
 /* Logs why and exits: this rdzvd no longer leads, and must neither write

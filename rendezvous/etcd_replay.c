@@ -243,14 +243,14 @@ long rdzv_etcdj_replay(rdzv_etcdj_t *self, rdzv_journal_apply_fn *apply, void *a
         sink.records = 0;
         self->applied_seq = 0;
         self->log_bytes = self->snap_bytes = self->snap_gen = 0;
-        if (s_read_head(self, conn, &revision, &head, err, errlen) < 0)
-            continue;
+        rc = s_read_head(self, conn, &revision, &head, err, errlen);
         if (head) {
             self->snap_gen = (uint64_t) rdzv_etcd_int(head, "gen");
             self->snap_bytes = (uint64_t) rdzv_etcd_int(head, "bytes");
             self->applied_seq = (uint64_t) rdzv_etcd_int(head, "through");
         }
-        rc = head ? s_read_snapshot(self, conn, head, revision, &sink, err, errlen) : 0;
+        if (rc == 0 && head)
+            rc = s_read_snapshot(self, conn, head, revision, &sink, err, errlen);
         cJSON_Delete(head);
         if (rc == 0)
             rc = s_read_log(self, conn, self->applied_seq + 1, revision, &sink, err, errlen);
@@ -258,6 +258,8 @@ long rdzv_etcdj_replay(rdzv_etcdj_t *self, rdzv_journal_apply_fn *apply, void *a
             self->revision = revision;
         else if (sink.records)
             break;              /* records applied: the caller must start over */
+        else if (rdzv_etcdj_start_again(self, conn, "replay", err, errlen))
+            attempt--;          /* etcd's trouble, not a compaction: no attempt spent */
     }
     s_drop_partial(self);
     rdzv_etcd_destroy(&conn);

@@ -226,9 +226,16 @@ int rdzv_etcdj_campaign(rdzv_etcdj_t *self, const char *advertise, rdzv_journal_
     char ttl[32];
     snprintf(ttl, sizeof ttl, "%d", self->cfg.ttl_s);
     cJSON_AddStringToObject(body, "TTL", ttl);
-    int64_t sent = rdzv_etcdj_now_ms();
-    int rc = conn ? rdzv_etcd_call(conn, "/v3/lease/grant", body, RDZV_ETCDJ_CALL_MS, &reply,
-                                   err, errlen) : -1;
+    int64_t sent = 0;
+    int rc = -1;
+    while (conn) {
+        cJSON_Delete(reply);
+        sent = rdzv_etcdj_now_ms();
+        rc = rdzv_etcd_call(conn, "/v3/lease/grant", body, RDZV_ETCDJ_CALL_MS, &reply, err, errlen);
+        if (rc == RDZV_ETCD_OK || !rdzv_etcdj_start_again(self, conn, "taking a lease", err, errlen))
+            break;
+    }
+    self->starting = false;
     cJSON_Delete(body);
     rdzv_etcd_destroy(&conn);
     self->lease_id = rc == RDZV_ETCD_OK ? rdzv_etcd_int(reply, "ID") : 0;
