@@ -191,6 +191,23 @@ static cJSON *s_scoped(const char *op, const char *group, int64_t epoch)
                                 || cJSON_AddNumberToObject(req, "epoch", (double) epoch)));
 }
 
+/* A server's message as it is shown: whole up to S_MESSAGE_SHOWN bytes,
+ * else cut at a character's start, with "…" and its length, so that a
+ * broken or hostile server cannot flood a terminal or a log. */
+#define S_MESSAGE_SHOWN 200
+
+static void s_show_message(rdzv_client_t *self, const char *msg)
+{
+    size_t n = strlen(msg), cut = S_MESSAGE_SHOWN;
+    if (n <= cut) {
+        s_fail(self, 0, "%s", msg);
+        return;
+    }
+    while (cut > 0 && ((unsigned char) msg[cut] & 0xC0) == 0x80)
+        cut--;
+    s_fail(self, 0, "%.*s… (%zu bytes)", (int) cut, msg, n);
+}
+
 /* Turns a reply's "error" object into RDZV_ERR_REFUSED (or TIMEOUT when the
  * server's own deadline passed), keeping code and message. */
 static int s_refused(rdzv_client_t *self, const cJSON *error)
@@ -200,7 +217,7 @@ static int s_refused(rdzv_client_t *self, const cJSON *error)
     if (!cJSON_IsString(code))
         return s_fail(self, RDZV_ERR_IO, "malformed error reply from the server");
     snprintf(self->code, sizeof self->code, "%s", code->valuestring);
-    s_fail(self, 0, "%s", cJSON_IsString(msg) ? msg->valuestring : code->valuestring);
+    s_show_message(self, cJSON_IsString(msg) ? msg->valuestring : code->valuestring);
     return strcmp(code->valuestring, RDZV_E_TIMEOUT) == 0
            ? RDZV_ERR_TIMEOUT : RDZV_ERR_REFUSED;
 }

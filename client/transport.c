@@ -16,12 +16,14 @@
 #include "rdzv_util.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <stdbool.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <zmq.h>
 
@@ -58,6 +60,7 @@ typedef struct {
     int64_t pause_ms;           /* the next pause before asking again */
     bool redirected;            /* the last answer was a not_leader */
     cJSON *refusal;             /* the last not_leader or unavailable reply */
+    char malformed[RDZV_ERR_LEN];   /* why a frame was no reply at all; "": none */
 } s_call_t;
 
 void rdzv_set_error(char *err, size_t errlen, const char *fmt, ...)
@@ -358,27 +361,80 @@ static bool s_answer(rdzv_transport_t *self, s_call_t *call, int from, cJSON *re
 
 /* ---- The wire ---- */
 
-/* Parses one received frame; returns it if it is the reply to id, else
- * NULL (stale replies of earlier requests, garbage). */
-static cJSON *s_match(zmq_msg_t *msg, int64_t id)
+/* Whether text holds an escaped NUL (\u0000) outside an escaped backslash:
+ * cJSON would cut the string there, and the caller get less than was sent. */
+static bool s_has_nul_escape(const char *text, size_t len)
 {
-    cJSON *root = cJSON_ParseWithLength(zmq_msg_data(msg), zmq_msg_size(msg));
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return NULL;
+    static const char nul[] = "u0000";
+    for (size_t i = 0; i + sizeof nul <= len; i++) {
+        if (text[i] != '\\')
+            continue;
+        if (strncasecmp(text + i + 1, nul, sizeof nul - 1) == 0)
+            return true;
+        i++;                    /* the escaped character, a backslash perhaps */
     }
+    return false;
+}
+
+/* Why root, a parsed JSON value, is no reply to call id; NULL when it is,
+ * "" when it is an older call's (dropped, as ids only grow). */
+static const char *s_why_not(const cJSON *root, int64_t id, char *why, size_t len)
+{
+    if (!cJSON_IsObject(root))
+        return cJSON_IsArray(root) ? "a JSON array, not an object" : "JSON, but not an object";
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "v");
     const cJSON *rid = cJSON_GetObjectItemCaseSensitive(root, "id");
-    if (!cJSON_IsNumber(rid) || rid->valuedouble != (double) id) {
-        cJSON_Delete(root);
-        return NULL;
+    if (!cJSON_IsNumber(rid))
+        return "no numeric \"id\"";
+    double got = rid->valuedouble;
+    if (got == (double) id) {
+        if (cJSON_IsNumber(v) && v->valuedouble == RDZV_PROTO_VERSION)
+            return NULL;
+        char *text = v ? cJSON_PrintUnformatted(v) : NULL;
+        snprintf(why, len, "unsupported protocol version %.32s (librdzv speaks %d)",
+                 text ? text : "(none)", RDZV_PROTO_VERSION);
+        free(text);
+        return why;
     }
-    return root;
+    if (got >= 0 && got < (double) id && got == (double) (int64_t) got)
+        return "";
+    snprintf(why, len, "\"id\" %.17g, but the request's is %" PRId64, got, id);
+    return why;
+}
+
+/* Parses one received frame: 1 with *reply set when it is the reply to id,
+ * 0 for an older call's reply (dropped), -1 with why set when it is no
+ * reply at all. */
+static int s_match(zmq_msg_t *msg, int64_t id, cJSON **reply, char *why, size_t len)
+{
+    *reply = NULL;
+    const char *text = zmq_msg_data(msg);
+    size_t size = zmq_msg_size(msg);
+    if (zmq_msg_more(msg)) {
+        snprintf(why, len, "a multipart message (a reply is one frame)");
+        return -1;
+    }
+    cJSON *root = cJSON_ParseWithLength(text, size);
+    char buf[RDZV_ERR_LEN];
+    const char *not = root ? s_why_not(root, id, buf, sizeof buf) : "not JSON";
+    if (!not && s_has_nul_escape(text, size))
+        not = "a string holds \\u0000 (NUL), which librdzv cannot carry";
+    if (!not) {
+        *reply = root;
+        return 1;
+    }
+    cJSON_Delete(root);
+    if (!*not)
+        return 0;
+    snprintf(why, len, "%s", not);
+    return -1;
 }
 
 /* Reads the frames ready on slot i up to the first that answers id;
- * returns 1 with *reply set, 0 when none did, -1 on a socket error. Any
- * frame shows the server alive: it owes nothing more. */
-static int s_drain(rdzv_transport_t *self, int i, int64_t id, cJSON **reply)
+ * returns 1 with *reply set, 0 when none did, -1 on a socket error, -2
+ * when a frame was no reply at all (call->malformed says why). Any frame
+ * shows the server alive: it owes nothing more. */
+static int s_drain(rdzv_transport_t *self, int i, s_call_t *call, cJSON **reply)
 {
     s_server_t *s = &self->servers[i];
     for (;;) {
@@ -391,12 +447,17 @@ static int s_drain(rdzv_transport_t *self, int i, int64_t id, cJSON **reply)
         }
         s->owed_since_ms = 0;
         s->sent = false;
-        /* One frame per reply; a multipart message is not ours to parse. */
-        bool single = !zmq_msg_more(&msg);
-        *reply = single ? s_match(&msg, id) : NULL;
+        char why[RDZV_ERR_LEN];
+        int matched = s_match(&msg, call->id, reply, why, sizeof why);
+        /* The rest of a multipart message is the same message. */
+        while (zmq_msg_more(&msg) && zmq_msg_recv(&msg, s->sock, ZMQ_DONTWAIT) >= 0)
+            ;
         zmq_msg_close(&msg);
-        if (*reply)
-            return 1;
+        if (matched < 0)
+            snprintf(call->malformed, sizeof call->malformed, "malformed reply from %.100s: %.120s",
+                     s->endpoint, why);
+        if (matched != 0)
+            return matched > 0 ? 1 : -2;
     }
 }
 
@@ -436,7 +497,7 @@ static int64_t s_wake_ms(const rdzv_transport_t *self, const s_call_t *call, int
 
 /* Polls every open socket for replies, and the current one for room when
  * a copy is due, until the wake time seen from now; returns 1 with *reply
- * the answer, 0 to go on, -1 on a socket error. */
+ * the answer, 0 to go on, -1 on a socket error, -2 on a malformed frame. */
 static int s_poll(rdzv_transport_t *self, s_call_t *call, int64_t now, int64_t deadline_ms,
                   cJSON **reply)
 {
@@ -461,9 +522,9 @@ static int s_poll(rdzv_transport_t *self, s_call_t *call, int64_t now, int64_t d
         if (!(items[k].revents & ZMQ_POLLIN))
             continue;
         cJSON *got = NULL;
-        int drained = s_drain(self, slot[k], call->id, &got);
+        int drained = s_drain(self, slot[k], call, &got);
         if (drained < 0)
-            return -1;
+            return drained;
         if (drained == 0)
             continue;
         if (s_answer(self, call, slot[k], got, rdzv_now_ms())) {
@@ -493,7 +554,7 @@ static int s_wait_reply(rdzv_transport_t *self, s_call_t *call, int64_t deadline
             s_owe(self, call, now);
         int rc = s_poll(self, call, now, deadline_ms, reply);
         if (rc != 0)
-            return rc > 0 ? RDZV_OK : RDZV_ERR_IO;
+            return rc > 0 ? RDZV_OK : RDZV_ERR_IO;  /* -2: call->malformed says why */
     }
 }
 
@@ -505,7 +566,10 @@ int rdzv_transport_call(rdzv_transport_t *self, cJSON *req, int64_t deadline_ms,
     cJSON_DeleteItemFromObjectCaseSensitive(req, "id");
     cJSON_DeleteItemFromObjectCaseSensitive(req, "token");
     char *text = NULL;
-    if (cJSON_AddNumberToObject(req, "id", (double) id)
+    char id_text[24];
+    snprintf(id_text, sizeof id_text, "%" PRId64, id);
+    /* As an integer: cJSON prints a large double rounded. */
+    if (cJSON_AddRawToObject(req, "id", id_text)
         && (!token || cJSON_AddStringToObject(req, "token", token)))
         text = cJSON_PrintUnformatted(req);
     if (!text) {
@@ -522,6 +586,8 @@ int rdzv_transport_call(rdzv_transport_t *self, cJSON *req, int64_t deadline_ms,
     free(text);
     if (rc == RDZV_ERR_TIMEOUT)
         rdzv_set_error(err, errlen, "no reply from the server before the deadline");
+    else if (rc == RDZV_ERR_IO && call.malformed[0])
+        rdzv_set_error(err, errlen, "%s", call.malformed);
     else if (rc == RDZV_ERR_IO)
         rdzv_set_error(err, errlen, "ZeroMQ error: %s", zmq_strerror(zmq_errno()));
     return rc;

@@ -135,6 +135,26 @@ expect 4 "kv get missing" "$RDZV" kv get --server "$EP" --group g --epoch 1 miss
 expect 3 "kv wait timeout" "$RDZV" kv wait --server "$EP" --group silent --epoch 1 k --timeout 0.1
 expect 0 "group delete" "$RDZV" group delete --server "$EP" --group g
 
+# A server that answers what no rdzvd sends: the reply is called malformed
+# and said why, never "no reply" (rdzvd down, wrong address...). The
+# timeouts only bound how long a client that waits on instead takes.
+for case in "garbage:not JSON" "array:a JSON array" "multipart:a multipart message" \
+    "wrongid:\"id\" 1001, but the request's is 1" \
+    "v2:unsupported protocol version 2 (librdzv speaks 1)"; do
+    g=${case%%:*}; why=${case#*:}
+    expect 1 "status from a server answering $g" "$RDZV" status --server "$EP" --group "$g" --timeout 5
+    has "$ERR" "rdzv status: malformed reply from $EP: $why" "$g: called malformed, and why"
+done
+expect 1 "join from a server answering garbage" "$RDZV" join --server "$EP" --group garbage \
+    --world 1 --rank 0 --timeout 5
+has "$ERR" "malformed reply from $EP: not JSON" "join: called malformed, not 'no reply'"
+expect 1 "kv get of a value holding \\u0000" "$RDZV" kv get --server "$EP" --group g --epoch 1 nul
+has "$ERR" 'a string holds \u0000 (NUL), which librdzv cannot carry' "refused, not cut at the NUL"
+if grep -qF "ab" "$OUT"; then not_ok "no part of the value printed"; else ok "no part of the value printed"; fi
+expect 4 "a 500 KB error message" "$RDZV" status --server "$EP" --group huge
+has "$ERR" "… (512000 bytes)" "the message is cut, with its length"
+if [ "$(wc -c <"$ERR")" -lt 512 ]; then ok "under 512 bytes printed"; else not_ok "under 512 bytes printed"; fi
+
 # Several servers, the first dead (nothing listens on port 1): the call
 # moves on to the live one, and CMD gets the whole list. The timeouts only
 # bound how long a client that never moves on takes to fail.

@@ -1,11 +1,19 @@
 /* A stand-in for rdzvd for the CLI tests: answers each request at once
  * with a fixed, valid reply. Group "refuse" is refused (world_mismatch),
- * group "silent" is never answered, key "missing" is not_found. Exits
- * after 20 s without requests. Usage: fake_rdzvd ENDPOINT */
+ * group "silent" is never answered, key "missing" is not_found. Hostile
+ * groups answer what no rdzvd sends: "garbage" (not JSON), "array" (a JSON
+ * array), "multipart" (two frames), "wrongid" (another request's id), "v2"
+ * (protocol version 2), "huge" (an error message of 500 KB); key "nul" has
+ * a value holding \u0000. Exits after 20 s without requests. Usage:
+ * fake_rdzvd ENDPOINT */
 #include <cjson/cJSON.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
+
+#define S_HUGE_MESSAGE (500 * 1024)
 
 #define S_IDLE_MS 20000
 
@@ -38,6 +46,43 @@ static void s_join_body(const cJSON *req, char *out, size_t len)
     snprintf(out + n, len - (size_t) n, "]}");
 }
 
+/* The hostile groups' answers; false for any other group. */
+static bool s_hostile(void *router, zmq_msg_t *ident, double id, const char *group)
+{
+    char frame[256];
+    if (strcmp(group, "garbage") == 0)
+        snprintf(frame, sizeof frame, "<html>not rdzvd</html>");
+    else if (strcmp(group, "array") == 0)
+        snprintf(frame, sizeof frame, "[1,%.0f]", id);
+    else if (strcmp(group, "wrongid") == 0)
+        snprintf(frame, sizeof frame, "{\"v\":1,\"id\":%.0f,\"ok\":true}", id + 1000);
+    else if (strcmp(group, "v2") == 0)
+        snprintf(frame, sizeof frame, "{\"v\":2,\"id\":%.0f,\"ok\":true,\"groups\":[]}", id);
+    else if (strcmp(group, "multipart") == 0) {
+        snprintf(frame, sizeof frame, "{\"v\":1,\"id\":%.0f,\"ok\":true,\"groups\":[]}", id);
+        zmq_msg_send(ident, router, ZMQ_SNDMORE);
+        zmq_send(router, frame, strlen(frame), ZMQ_SNDMORE);
+        zmq_send(router, "more", 4, 0);
+        return true;
+    } else if (strcmp(group, "huge") == 0) {
+        size_t n = S_HUGE_MESSAGE + 128;
+        char *big = malloc(n);
+        int len = snprintf(big, n, "{\"v\":1,\"id\":%.0f,\"error\":{\"code\":\"bad_request\","
+                           "\"message\":\"", id);
+        memset(big + len, 'x', S_HUGE_MESSAGE);
+        len += S_HUGE_MESSAGE;
+        len += snprintf(big + len, n - (size_t) len, "\"}}");
+        zmq_msg_send(ident, router, ZMQ_SNDMORE);
+        zmq_send(router, big, (size_t) len, 0);
+        free(big);
+        return true;
+    } else
+        return false;
+    zmq_msg_send(ident, router, ZMQ_SNDMORE);
+    zmq_send(router, frame, strlen(frame), 0);
+    return true;
+}
+
 static void s_answer(void *router, zmq_msg_t *ident, const cJSON *req)
 {
     double id = cJSON_GetObjectItem(req, "id")->valuedouble;
@@ -46,11 +91,13 @@ static void s_answer(void *router, zmq_msg_t *ident, const cJSON *req)
     const char *group = cJSON_IsString(g) ? g->valuestring : "";
     const cJSON *k = cJSON_GetObjectItem(req, "key");
     char body[4096];
-    if (strcmp(group, "silent") == 0)
+    if (strcmp(group, "silent") == 0 || s_hostile(router, ident, id, group))
         return;
     if (strcmp(group, "refuse") == 0)
         s_send(router, ident, id, "\"error\":{\"code\":\"world_mismatch\","
                                   "\"message\":\"group refuse has world 4, not 2\"}");
+    else if (cJSON_IsString(k) && strcmp(k->valuestring, "nul") == 0)
+        s_send(router, ident, id, "\"ok\":true,\"value\":\"ab\\u0000cd\"");
     else if (cJSON_IsString(k) && strcmp(k->valuestring, "missing") == 0)
         s_send(router, ident, id, "\"error\":{\"code\":\"not_found\",\"message\":\"no key\"}");
     else if (strcmp(op, "join") == 0) {

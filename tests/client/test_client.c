@@ -154,12 +154,12 @@ static void s_assignment_body(char *out, size_t len, int rank)
              "{\"rank\":1,\"host\":\"127.0.0.1\",\"node\":\"n1\"}]}", rank);
 }
 
-/* A stale reply (other id, rank 0) first, then the real one. */
+/* A stale reply (an older request's id, rank 0) first, then the real one. */
 static bool s_script_join(s_fake_t *f, const cJSON *req, int n)
 {
     char body[1024];
     s_assignment_body(body, sizeof body, 0);
-    s_reply(f, s_id(req) + 1000, body);
+    s_reply(f, s_id(req) - 1, body);
     s_assignment_body(body, sizeof body, 1);
     s_reply(f, s_id(req), body);
     return false;
