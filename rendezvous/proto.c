@@ -310,17 +310,17 @@ static int s_check_frame(s_ctx_t *c, const char *frame, size_t len, const char *
 }
 
 /* Every reply echoes the id, so it must survive the trip through a double
- * and back exactly: an integer in [0, 2^53]. Anything else is refused with
- * id 0, never echoed rounded. */
+ * and back exactly: an integer in [0, 2^53 - 1] (2^53 + 1 reads as 2^53).
+ * Anything else is refused with id 0, never echoed rounded. */
 static int s_id(s_ctx_t *c, rdzv_request_t *req)
 {
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(c->root, "id");
     if (!id)
         return 0;
     double v = cJSON_IsNumber(id) ? id->valuedouble : -1;
-    if (!isfinite(v) || v != floor(v) || v < 0 || v > 9007199254740992.0)
+    if (!isfinite(v) || v != floor(v) || v < 0 || v >= 9007199254740992.0)
         return s_fail(c, RDZV_E_BAD_REQUEST, "%s",
-                      "field \"id\" must be an integer in [0, 2^53]");
+                      "field \"id\" must be an integer in [0, 2^53 - 1]");
     req->id = (int64_t) v;
     return 0;
 }

@@ -196,7 +196,9 @@ static cJSON *s_reply_object(int64_t id, bool ok)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddNumberToObject(root, "v", RDZV_PROTO_VERSION);
-    cJSON_AddNumberToObject(root, "id", (double) id);
+    char id_text[24];
+    snprintf(id_text, sizeof id_text, "%lld", (long long) id);
+    cJSON_AddRawToObject(root, "id", id_text);     /* cJSON prints large doubles rounded */
     if (ok)
         cJSON_AddBoolToObject(root, "ok", 1);
     return root;

@@ -190,13 +190,14 @@ START_TEST(test_duplicate_key_many_keys)
 }
 END_TEST
 
-/* An id must come back exactly: anything but an integer in [0, 2^53] is
+/* An id must come back exactly: anything but an integer in [0, 2^53 - 1] is
  * refused, and the refusal echoes 0, not a rounded or truncated number. */
 START_TEST(test_id_must_be_exact)
 {
     static const struct { const char *id; int ok; int64_t want; } cases[] = {
-        { "7", 1, 7 }, { "0", 1, 0 }, { "9007199254740992", 1, 9007199254740992LL },
-        { "9007199254740994", 0, 0 }, { "\"abc\"", 0, 0 }, { "1e300", 0, 0 },
+        { "7", 1, 7 }, { "0", 1, 0 }, { "9007199254740991", 1, 9007199254740991LL },
+        { "9007199254740992", 0, 0 }, { "9007199254740993", 0, 0 }, { "9007199254740994", 0, 0 },
+        { "\"abc\"", 0, 0 }, { "1e300", 0, 0 },
         { "1.5", 0, 0 }, { "-1", 0, 0 }, { "true", 0, 0 }, { "null", 0, 0 }, { "[1]", 0, 0 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -212,9 +213,13 @@ START_TEST(test_id_must_be_exact)
             rdzv_request_clear(&req);
         } else {
             ck_assert_str_eq(code, RDZV_E_BAD_REQUEST);
-            ck_assert_str_eq(msg, "field \"id\" must be an integer in [0, 2^53]");
+            ck_assert_str_eq(msg, "field \"id\" must be an integer in [0, 2^53 - 1]");
         }
     }
+    /* The largest id comes back as sent, not as 9.00719925474099e+15. */
+    char *text = rdzv_reply_ok(9007199254740991LL);
+    ck_assert_ptr_nonnull(strstr(text, "\"id\":9007199254740991,"));
+    free(text);
 }
 END_TEST
 
