@@ -154,16 +154,39 @@ char *rdzv_assignment_text(const rdzv_state_t *st, rdzv_group_t *g, int rank, in
 
 #define S_OVERLAPS_SHOWN 8
 
-/* The other node, first by name, of m's address that holds ports of
- * [start, start + count) for another group; NULL if none. */
-static const char *s_overlapping_node(const rdzv_state_t *st, const rdzv_group_t *g,
-                                      const rdzv_member_t *m, int start, int count,
-                                      const char **group, int *rank)
+/* The nodes of host that hold ports of a group other than g: the only ones
+ * an overlap can be with. Listed once per host and call (cache: host ->
+ * list), so that the check costs the group's ranks plus the host's nodes,
+ * not their product: 16384 ranks on as many node names of one loopback
+ * address took 25-30 s under the core's lock when every rank looked at
+ * every node. NULL out of memory. */
+static zlistx_t *s_foreign_nodes(const rdzv_state_t *st, const rdzv_group_t *g, zhashx_t *cache,
+                                 const char *host)
 {
-    zhashx_t *nodes = zhashx_lookup(st->host_nodes, m->host);
-    const char *best = NULL;
+    zlistx_t *list = zhashx_lookup(cache, host);
+    if (list)
+        return list;
+    if (!(list = zlistx_new()))
+        return NULL;
+    zhashx_t *nodes = zhashx_lookup(st->host_nodes, host);
     for (void *it = nodes ? zhashx_first(nodes) : NULL; it; it = zhashx_next(nodes)) {
         const char *n = zhashx_cursor(nodes);
+        if (rdzv_plans_has_other(st->plans, n, g->name))
+            zlistx_add_end(list, (void *) n);
+    }
+    zhashx_insert(cache, host, list);
+    return list;
+}
+
+/* The other node, first by name, among foreign (m's address's nodes with
+ * another group's ports) that holds ports of [start, start + count) for
+ * another group; NULL if none. */
+static const char *s_overlapping_node(const rdzv_state_t *st, const rdzv_group_t *g,
+                                      const rdzv_member_t *m, int start, int count,
+                                      zlistx_t *foreign, const char **group, int *rank)
+{
+    const char *best = NULL;
+    for (const char *n = zlistx_first(foreign); n; n = zlistx_next(foreign)) {
         int r = -1;
         const char *other = strcmp(n, m->node) == 0 || (best && strcmp(n, best) >= 0)
                             ? NULL : rdzv_plans_overlap(st->plans, n, g->name, start, count, &r);
@@ -176,34 +199,48 @@ static const char *s_overlapping_node(const rdzv_state_t *st, const rdzv_group_t
     return best;
 }
 
+static void s_add_overlap(cJSON **out, int r, const rdzv_member_t *m, const char *node,
+                          const char *group, int rank)
+{
+    if (!*out)
+        *out = cJSON_CreateArray();
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "rank", r);
+    cJSON_AddStringToObject(o, "host", m->host);
+    cJSON_AddStringToObject(o, "node", m->node);
+    cJSON_AddStringToObject(o, "other_node", node);
+    cJSON_AddStringToObject(o, "other_group", group);
+    cJSON_AddNumberToObject(o, "other_rank", rank);
+    cJSON_AddItemToArray(*out, o);
+}
+
 cJSON *rdzv_group_overlaps(const rdzv_state_t *st, const rdzv_group_t *g)
 {
     if (!st->shared_hosts || !g->complete)
         return NULL;             /* the usual case: one node per address */
+    zhashx_t *cache = zhashx_new();
+    if (!cache)
+        return NULL;
+    zhashx_set_destructor(cache, (zhashx_destructor_fn *) zlistx_destroy);
     int count = rdzv_plans_ports_per_rank(st->plans);
     cJSON *out = NULL;
     const rdzv_member_t *m;
     for (int r = 0; (m = rdzv_group_next(g, &r)) && cJSON_GetArraySize(out) < S_OVERLAPS_SHOWN;
          r++) {
         zhashx_t *nodes = zhashx_lookup(st->host_nodes, m->host);
-        int start = nodes && zhashx_size(nodes) > 1 ? s_port_start(st, g, r) : -1;
+        zlistx_t *foreign = nodes && zhashx_size(nodes) > 1
+                            ? s_foreign_nodes(st, g, cache, m->host) : NULL;
+        if (!foreign || zlistx_size(foreign) == 0)
+            continue;
+        int start = s_port_start(st, g, r);
         const char *group = NULL;
         int rank = -1;
-        const char *node = start >= 0 ? s_overlapping_node(st, g, m, start, count, &group, &rank)
-                                      : NULL;
-        if (!node)
-            continue;
-        if (!out)
-            out = cJSON_CreateArray();
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "rank", r);
-        cJSON_AddStringToObject(o, "host", m->host);
-        cJSON_AddStringToObject(o, "node", m->node);
-        cJSON_AddStringToObject(o, "other_node", node);
-        cJSON_AddStringToObject(o, "other_group", group);
-        cJSON_AddNumberToObject(o, "other_rank", rank);
-        cJSON_AddItemToArray(out, o);
+        const char *node = start < 0 ? NULL : s_overlapping_node(st, g, m, start, count,
+                                                                 foreign, &group, &rank);
+        if (node)
+            s_add_overlap(&out, r, m, node, group, rank);
     }
+    zhashx_destroy(&cache);
     return out;
 }
 

@@ -281,6 +281,15 @@ const char *rdzv_plans_overlap(const rdzv_plans_t *self, const char *node, const
     return NULL;
 }
 
+bool rdzv_plans_has_other(const rdzv_plans_t *self, const char *node, const char *group)
+{
+    const s_node_t *n = zhashx_lookup(self->nodes, node);
+    for (size_t i = 0; n && i < n->n; i++)
+        if (!streq(n->blocks[i].group->name, group))
+            return true;
+    return false;
+}
+
 int rdzv_plans_count(const rdzv_plans_t *self, const char *node)
 {
     s_node_t *n = zhashx_lookup(self->nodes, node);

@@ -50,6 +50,8 @@ void rdzv_plans_foreach(const rdzv_plans_t *self, const char *group, rdzv_plans_
  * *rank its rank; NULL if none. */
 const char *rdzv_plans_overlap(const rdzv_plans_t *self, const char *node, const char *group,
                                int start, int count, int *rank);
+/* Whether node holds a block of a group other than group. */
+bool rdzv_plans_has_other(const rdzv_plans_t *self, const char *node, const char *group);
 /* Number of blocks recorded on node. */
 int rdzv_plans_count(const rdzv_plans_t *self, const char *node);
 

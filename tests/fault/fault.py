@@ -33,6 +33,7 @@ CASES = {
     "slow_readers": fault_readers.case_slow_readers,
     "nonreaders_300": fault_readers.case_nonreaders_300,
     "pipelined_reader": fault_readers.case_pipelined_reader,
+    "many_nodes_one_host": fault_readers.case_many_nodes_one_host,
     "http_slowloris": fault_http.case_http_slowloris,
     "forming_lockout": fault_quota.case_forming_lockout,
     "reclaim_spares_waiters": fault_quota.case_reclaim_spares_waiters,
