@@ -69,11 +69,17 @@ size_t rdzv_http_slots_evict(rdzv_http_slots_t *self, int64_t now_ms, void **con
 {
     size_t n = 0;
     for (rdzv_http_slot_t *s = self->head; s && n < max; s = s->next) {
-        if (s->evicted || s->in_request)
+        if (s->evicted)
             continue;
-        bool late = now_ms - s->since_ms >= RDZV_HTTP_HEADER_DEADLINE_MS;
-        if (!late && self->count <= RDZV_HTTP_SLOTS_KEEP)
+        /* A response may take long to read; only a crowd makes it give way,
+         * else slow readers would leave a newcomer nobody to evict but itself. */
+        bool crowded = self->count > RDZV_HTTP_SLOTS_KEEP;
+        bool late = !s->in_request && now_ms - s->since_ms >= RDZV_HTTP_HEADER_DEADLINE_MS;
+        if (!crowded && !late) {
+            if (s->in_request)
+                continue;
             break;                   /* in order: the rest are younger */
+        }
         s->evicted = true;
         self->count--;
         conns[n++] = s->conn;

@@ -8,9 +8,10 @@
  * header must be complete within RDZV_HTTP_HEADER_DEADLINE_MS of the
  * connection's start (or of its previous response, for a connection kept
  * alive), whatever it trickles; and once RDZV_HTTP_SLOTS_KEEP connections
- * are open, each new one costs the oldest that has not finished its header
- * its place. A probe sends its request at once, so it is never the oldest
- * unfinished one. Every call happens on libmicrohttpd's one thread. */
+ * are open, each new one costs the oldest its place, whether it is still
+ * sending its header or reading its response (slowly). A probe sends its
+ * request at once and reads a short answer, so it is never the oldest.
+ * Every call happens on libmicrohttpd's one thread. */
 #ifndef RDZV_HTTP_SLOTS_H
 #define RDZV_HTTP_SLOTS_H
 
@@ -48,9 +49,9 @@ void rdzv_http_slots_request(rdzv_http_slots_t *self, rdzv_http_slot_t *slot);
 void rdzv_http_slots_response(rdzv_http_slots_t *self, rdzv_http_slot_t *slot, int64_t now_ms);
 
 /* Puts into conns (room for max) the connections to close now: those past
- * the header deadline, and the oldest unfinished ones while more than
- * RDZV_HTTP_SLOTS_KEEP are open. Their slots stay until closed. Returns
- * how many. */
+ * the header deadline, and the oldest ones, answered or not, while more
+ * than RDZV_HTTP_SLOTS_KEEP are open. Their slots stay until closed.
+ * Returns how many. */
 size_t rdzv_http_slots_evict(rdzv_http_slots_t *self, int64_t now_ms, void **conns, size_t max);
 
 #endif
