@@ -1,6 +1,6 @@
 """rdzvd's HTTP endpoint under a slowloris: the kubelet's tokenless probes
-(/healthz, /readyz) are answered while hundreds of connections trickle
-their headers (rendezvous/http_slots.h)."""
+(/healthz, /readyz) and Prometheus' /metrics are answered while hundreds of
+connections trickle their headers (rendezvous/http_slots.h)."""
 import re
 import socket
 import threading
@@ -73,26 +73,27 @@ class Slowloris:
 
 def case_http_slowloris(opts):
     """200 connections trickle a header line every 2 s (libmicrohttpd's idle
-    timeout is 10 s) and reconnect when closed: 20 probes each of /healthz
-    and /readyz, each given the kubelet's 1 s, are all answered 200."""
+    timeout is 10 s) and reconnect when closed: 20 probes each of /healthz,
+    /readyz and /metrics, each given the kubelet's 1 s, are all answered
+    200."""
     srv = Server(opts, extra=("--http", "127.0.0.1:0"))
     attack = None
     try:
         port = int(wait_for(lambda: re.search(r"http port=(\d+)", srv.log()), "the http port")
                    .group(1))
-        before = [probe(port, "/healthz"), probe(port, "/readyz")]
-        TAP.ok(before == [200, 200], "before: /healthz and /readyz answer %s" % before)
+        before = [probe(port, path) for path in ("/healthz", "/readyz", "/metrics")]
+        TAP.ok(before == [200] * 3, "before: /healthz, /readyz and /metrics answer %s" % before)
         attack = Slowloris(port, 200, 2.0)
         attack.start()
         time.sleep(3)                  # every slow connection is in, and trickling
-        answers = {"/healthz": [], "/readyz": []}
+        answers = {"/healthz": [], "/readyz": [], "/metrics": []}
         for _ in range(20):
             for path in answers:
                 answers[path].append(probe(port, path))
             time.sleep(0.25)
         for path, got in answers.items():
             ok = sum(code == 200 for code in got)
-            TAP.ok(ok == len(got), "%d of %d %s probes answered 200 in 1 s while 200 connections "
+            TAP.ok(ok == len(got), "%d of %d %s requests answered 200 in 1 s while 200 connections "
                    "trickle headers (%d reopened after rdzvd closed them)"
                    % (ok, len(got), path, attack.reopened))
         TAP.ok(srv.proc.poll() is None, "rdzvd is still running")
