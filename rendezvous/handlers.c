@@ -91,7 +91,8 @@ static int s_alive(const rdzv_batch_t *self, const rdzv_group_t *g)
 static rdzv_group_t *s_resize(rdzv_batch_t *self, const rdzv_peer_t *peer, rdzv_group_t *g,
                               const rdzv_request_t *req)
 {
-    if (!rdzv_reclaim_room(self, (rdzv_reclaim_need_t) { .ranks = req->world - g->world }, g)) {
+    if (!rdzv_reclaim_room(self, (rdzv_reclaim_need_t) { .ranks = req->world - g->world }, g,
+                           peer)) {
         rdzv_batch_error(self, peer, RDZV_E_LIMIT, "a world of %d for group %s would pass "
                          "rdzvd's limit of %lld ranks (--max-ranks)", req->world, g->name,
                          (long long) self->cfg->limits.max_ranks);
@@ -134,7 +135,7 @@ static bool s_group_ok(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_g
         return false;
     }
     if (g || rdzv_reclaim_room(self, (rdzv_reclaim_need_t) { .ranks = req->world, .group = true },
-                               NULL))
+                               NULL, peer))
         return true;
     if ((int) zhashx_size(self->state->groups) >= self->cfg->limits.max_groups) {
         rdzv_batch_error(self, peer, RDZV_E_LIMIT, "rdzvd holds %d groups, its limit, and "
@@ -175,7 +176,8 @@ static bool s_member_bytes_ok(rdzv_batch_t *self, const rdzv_peer_t *peer,
     uint64_t want = rdzv_member_text_bytes(req->host, req->node, req->session);
     uint64_t max = self->cfg->limits.max_member_bytes;
     if (want <= now
-        || rdzv_reclaim_room(self, (rdzv_reclaim_need_t) { .member_bytes = want - now }, g))
+        || rdzv_reclaim_room(self, (rdzv_reclaim_need_t) { .member_bytes = want - now }, g,
+                             peer))
         return true;
     rdzv_batch_error(self, peer, RDZV_E_LIMIT, "the host, node and session strings of every "
                      "rank held would pass rdzvd's limit of %llu MiB (--max-member-mib)",

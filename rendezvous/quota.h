@@ -24,6 +24,10 @@ typedef struct {
 #define RDZV_DEFAULT_MAX_MEMBER_BYTES (1024ull << 20)
 #define RDZV_DEFAULT_MAX_WAITS    1000000
 #define RDZV_DEFAULT_MAX_RPS      1000
+/* A connection waiting alone in forming groups holds at most 1/N of
+ * --max-ranks and of --max-groups once another connection needs room
+ * (reclaim.h). */
+#define RDZV_CONNECTION_SHARE     4
 
 typedef struct rdzv_rate rdzv_rate_t;
 

@@ -7,7 +7,16 @@
  * would be refused until --forming-ttl expired them.
  * A group whose first epoch has not formed and in which no join or KV wait
  * is pending holds nothing anyone waits for: its ranks that come back later
- * join it afresh. A group with a rank waiting is never taken. */
+ * join it afresh. A group with a rank waiting is never taken for that.
+ *
+ * Waits that last (a deadline of a day is allowed) would lock others out
+ * the same way: so when a new group still does not fit, a connection that
+ * waits alone in forming groups of more than its share (1/
+ * RDZV_CONNECTION_SHARE of --max-ranks or --max-groups) gives up such
+ * groups, least recently heard from first, until it is back within its
+ * share or the new group fits; its waits are answered "limit". An honest
+ * group, waited in by several connections, or a connection's only one, or
+ * one of a connection within its share, keeps its place. */
 #ifndef RDZV_RECLAIM_H
 #define RDZV_RECLAIM_H
 
@@ -26,8 +35,10 @@ typedef struct {
     uint64_t member_bytes;       /* of --max-member-mib */
 } rdzv_reclaim_need_t;
 
-/* Deletes such groups (recorded, so that a replay agrees; never keep) until
+/* Deletes such groups (recorded, so that a replay agrees; never keep), then
+ * groups of connections past their share other than requester's, until
  * need fits rdzvd's limits. Returns whether it fits now. */
-bool rdzv_reclaim_room(rdzv_batch_t *self, rdzv_reclaim_need_t need, const rdzv_group_t *keep);
+bool rdzv_reclaim_room(rdzv_batch_t *self, rdzv_reclaim_need_t need, const rdzv_group_t *keep,
+                       const rdzv_peer_t *requester);
 
 #endif

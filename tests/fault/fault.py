@@ -39,6 +39,7 @@ CASES = {
     "reclaim_spares_waiters": fault_quota.case_reclaim_spares_waiters,
     "tenant_overlap_leak": fault_quota.case_tenant_overlap_leak,
     "member_bytes": fault_quota.case_member_bytes,
+    "forming_hoard": fault_quota.case_forming_hoard,
     "fd_limit": fault_network.case_fd_limit,
     "vanish_10k": fault_network.case_vanish_10k,
     "agent_sigkill": fault_agent.case_agent_sigkill,

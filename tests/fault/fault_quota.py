@@ -168,3 +168,53 @@ def case_member_bytes(opts):
                % (first.returncode, rc, err.strip()[:120]))
     finally:
         srv.close()
+
+
+def case_forming_hoard(opts):
+    """The attack of forming_lockout with joins that wait for an hour
+    instead of giving up: one connection waits alone in 255 groups of world
+    65536, beside an honest rank 0 of world 65536 waiting on its own, and
+    --max-ranks is full. A world-2 group still forms at once: the hoarding
+    connection, past its share (a quarter of --max-ranks), gives up one
+    group, its wait answered with limit; the honest group keeps its place."""
+    try:
+        import zmq
+    except ImportError:
+        raise Skip("python3-zmq is not installed")
+    srv = Server(opts)
+    s = None
+    try:
+        honest = join_async(opts, srv.endpoint, "big", 65536, 0, timeout=120)
+        wait_for(lambda: "join group=big rank=0" in srv.log(), "rank 0 of big waiting")
+        s = zmq.Context.instance().socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.connect(srv.endpoint)
+        for i in range(255):
+            s.send(json.dumps({"v": 1, "id": i + 1, "op": "join", "group": "hoard-%d" % i,
+                               "world": 65536, "rank": 0, "session": "s%d" % i,
+                               "host": "127.0.0.1", "node": "n0", "timeout_ms": 3600000,
+                               "nccl_id": "none"}).encode())
+        wait_for(lambda: "join group=hoard-254 " in srv.log(), "the 255 hoarded joins waiting")
+        TAP.ok(not s.poll(100), "255 joins of world 65536 wait on one connection: --max-ranks "
+               "is full (256 x 65536)")
+        first = join_async(opts, srv.endpoint, "small", 2, 0, timeout=10)
+        rc, a, err = join(opts, srv.endpoint, "small", 2, 1, timeout=10)
+        out, err0 = first.communicate(timeout=30)
+        TAP.ok(rc == 0 and first.returncode == 0 and a and a["world"] == 2,
+               "then a group of world 2 forms (ranks' exit %d and %d: %s)"
+               % (first.returncode, rc, (err or err0).strip()[:160]))
+        replies = []
+        while s.poll(2000):
+            replies.append(json.loads(s.recv()))
+        TAP.ok(len(replies) == 1 and replies[0].get("error", {}).get("code") == "limit"
+               and "share" in replies[0]["error"].get("message", ""),
+               "the hoarding connection gave up one group, its wait answered with limit (%s)"
+               % [r.get("error") for r in replies])
+        TAP.ok(honest.poll() is None and "reclaim group=big " not in srv.log(),
+               "the honest group of world 65536 whose rank 0 waits alone is kept, still waiting")
+        honest.kill()
+        honest.communicate()
+    finally:
+        if s:
+            s.close()
+        srv.close()

@@ -941,6 +941,36 @@ START_TEST(test_max_ranks)
 }
 END_TEST
 
+/* Waits that last do not let one connection hold more than its share once
+ * another needs room: under --max-ranks 100 (a share of 25), a connection
+ * waiting alone in two groups of 30 gives up the one heard from least
+ * recently, its wait answered limit; its only remaining group it keeps, so
+ * the next newcomer that does not fit is refused. */
+START_TEST(test_connection_share)
+{
+    s_reopen_with((rdzv_limits_t) { .max_ranks = 100 });
+    s_join(1, "a", 30, 0, "n", "s");
+    now += 10;
+    s_join(1, "b", 30, 0, "n", "s");
+    ck_assert_ptr_null(replies[1]);                  /* both wait: 60 held by peer 1 */
+    s_join(2, "c", 50, 0, "n", "s");
+    ck_assert_ptr_null(replies[2]);                  /* taken: a gave its place */
+    ck_assert_str_eq(s_error(1), RDZV_E_LIMIT);
+    ck_assert_ptr_nonnull(strstr(cJSON_GetObjectItem(cJSON_GetObjectItem(replies[1], "error"),
+                                                     "message")->valuestring, "group a was"));
+    s_clear_replies();
+    s_send(4, "{\"v\":1,\"op\":\"status\",\"group\":\"a\"}");
+    ck_assert_str_eq(s_error(4), RDZV_E_NOT_FOUND);
+    s_join(3, "d", 30, 0, "n", "s");                 /* 110: b is peer 1's only group */
+    ck_assert_str_eq(s_error(3), RDZV_E_LIMIT);
+    ck_assert_ptr_null(replies[1]);
+    s_clear_replies();
+    s_send(4, "{\"v\":1,\"op\":\"status\",\"group\":\"b\"}");
+    ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[4], "ok")));
+    s_clear_replies();
+}
+END_TEST
+
 /* A group whose first epoch never forms, with nobody waiting or heard from
  * in it for --forming-ttl, is deleted, and the delete is recorded; groups
  * that formed, or where a rank waits, are kept. */
@@ -1256,6 +1286,7 @@ int main(void)
     tcase_add_test(tc, test_kv_overwrite_limit);
     tcase_add_test(tc, test_kv_total_limit);
     tcase_add_test(tc, test_max_ranks);
+    tcase_add_test(tc, test_connection_share);
     tcase_add_test(tc, test_forming_ttl);
     tcase_add_test(tc, test_memory_follows_joined_ranks);
     tcase_add_test(tc, test_rate_limited_reply_keeps_id);
