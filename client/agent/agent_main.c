@@ -406,20 +406,37 @@ static void s_on_engine_gone(s_agent_t *self, int64_t started_epoch)
     rdzv_agent_control_rejoin(self->control);
 }
 
+/* Puts the plan's locks at pfd; how many. */
+static size_t s_lock_pollfds(const s_agent_t *self, struct pollfd *pfd)
+{
+    size_t n = 0;
+    for (size_t i = 0; self->locks && i < self->nplan; i++)
+        if (self->locks[i] >= 0)
+            pfd[n++] = (struct pollfd) { .fd = self->locks[i], .events = POLLIN };
+    return n;
+}
+
 static void s_loop(s_agent_t *self)
 {
-    struct pollfd pfd[AGENT_MAX_POLL];
+    /* The signal, rdzvd, the socket and its connections, the plan's locks. */
+    struct pollfd *pfd = calloc(AGENT_MAX_POLL + self->nplan, sizeof *pfd);
+    if (!pfd)
+        { s_fatal(self, 1, "out of memory"); return; }
     while (!self->done) {
         pfd[0] = (struct pollfd) { .fd = self->sig_fd, .events = POLLIN };
         pfd[1] = (struct pollfd) { .fd = rdzv_agent_control_fd(self->control), .events = POLLIN };
-        size_t n = 2;
+        size_t n = 2, nlocks;
         if (self->serve)
             n += rdzv_agent_serve_pollfds(self->serve, pfd + n, AGENT_MAX_POLL - n);
-        if (poll(pfd, n, -1) < 0) {
+        nlocks = s_lock_pollfds(self, pfd + n);
+        if (poll(pfd, n + nlocks, -1) < 0) {
             if (errno == EINTR)
                 continue;
-            { s_fatal(self, 1, "poll failed"); return; }
+            { s_fatal(self, 1, "poll failed"); break; }
         }
+        for (size_t i = n; i < n + nlocks; i++)
+            if (pfd[i].revents)
+                rdzv_reserve_lock_answer(pfd[i].fd);
         if (pfd[0].revents)
             s_on_signal(self);
         if (pfd[1].revents)
@@ -431,6 +448,7 @@ static void s_loop(s_agent_t *self)
                 s_on_engine_gone(self, started);
         }
     }
+    free(pfd);
 }
 
 static void s_cleanup(s_agent_t *self)

@@ -1,4 +1,5 @@
 #include "agent_reserve.h"
+#include "agent_unixdiag.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -94,60 +95,117 @@ static bool s_port_free(int port)
     return ok;
 }
 
+/* What the agent could learn of the holder of a lock name. */
+typedef struct {
+    bool answered;             /* it took the connection: pid and uid from SO_PEERCRED */
+    bool uid_known;            /* from SO_PEERCRED, or from the kernel's socket diagnostics */
+    pid_t pid;                 /* 0: no answer, or a process this PID namespace cannot see */
+    uid_t uid;
+} s_holder_t;
+
+/* Asks the holder of the lock name who it is. The connect does not wait:
+ * a holder whose queue is full (anyone can keep one so) must not hang the
+ * agent. One that does not answer is still named by uid, which the
+ * kernel's socket diagnostics tell about any bound socket. */
+static void s_ask_holder(const struct sockaddr_un *sun, socklen_t len, s_holder_t *h)
+{
+    struct ucred who = { 0 };
+    socklen_t wlen = sizeof who;
+    int c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    *h = (s_holder_t) { 0 };
+    h->answered = c >= 0 && connect(c, (const struct sockaddr *) sun, len) == 0
+                  && getsockopt(c, SOL_SOCKET, SO_PEERCRED, &who, &wlen) == 0;
+    if (c >= 0)
+        close(c);
+    if (h->answered) {
+        h->uid_known = true;
+        h->pid = who.pid;
+        h->uid = who.uid;
+        return;
+    }
+    size_t namelen = (size_t) len - offsetof(struct sockaddr_un, sun_path);
+    h->uid_known = rdzv_unixdiag_owner(sun->sun_path, namelen, &h->uid) == 0;
+}
+
+/* The holder as a phrase: what it is, as far as the agent can tell. */
+static void s_name_holder(const s_holder_t *h, bool agent, const char *cmd, char *out,
+                          size_t outlen)
+{
+    if (h->answered && h->pid == 0)
+        snprintf(out, outlen, "a process of uid %d in another PID namespace (its pid and "
+                 "command cannot be seen from here)", (int) h->uid);
+    else if (h->answered)
+        snprintf(out, outlen, "pid %d (uid %d, %s)", (int) h->pid, (int) h->uid,
+                 agent ? "an rdzv agent" : cmd);
+    else if (h->uid_known)
+        snprintf(out, outlen, "a socket of uid %d that takes no connections (an rdzv "
+                 "agent's lock does)", (int) h->uid);
+    else
+        snprintf(out, outlen, "a socket that takes no connections (an rdzv agent's lock "
+                 "does), whose owner the kernel does not say");
+}
+
+/* The lock name is taken. A holder of another uid cannot share this
+ * agent's reservation (the kernel keeps SO_REUSEPORT within one uid), so
+ * it is only in the way: the agent goes on without the lock when nothing
+ * at all is bound to the port, and says so. Otherwise the holder stops
+ * it, called an rdzv agent only when its command line is one. Returns -2
+ * (go on without) or -1 with err set. */
+static int s_lock_taken(int port, const struct sockaddr_un *sun, socklen_t len, char *err,
+                        size_t errlen)
+{
+    s_holder_t h;
+    s_ask_holder(sun, len, &h);
+    char cmd[128] = "?", who[192];
+    bool agent = h.answered && h.pid > 0 && s_is_agent(h.pid, cmd, sizeof cmd);
+    s_name_holder(&h, agent, cmd, who, sizeof who);
+    if (h.uid_known && h.uid != getuid() && s_port_free(port)) {
+        fprintf(stderr, "rdzv agent: port %d: this network namespace's lock "
+                "@rdzv-agent-port-%d is held by %s; no other uid can share a port with "
+                "uid %d, so going on without it\n", port, port, who, (int) getuid());
+        return -2;
+    }
+    if (agent)
+        snprintf(err, errlen, "port %d is reserved by another rdzv agent in this network "
+                 "namespace (pid %d, uid %d)", port, (int) h.pid, (int) h.uid);
+    else
+        snprintf(err, errlen, "port %d: this network namespace's agent lock on it "
+                 "(@rdzv-agent-port-%d) is held by %s, %s", port, port, who,
+                 h.answered && h.pid == 0 ? "which may or may not be an rdzv agent (in "
+                 "another container?)" : "which is not an rdzv agent");
+    return -1;
+}
+
 /* Abstract unix socket names live in the network namespace, the scope of a
  * port: binding one per port is a lock no two agents there can both hold,
  * freed by the kernel when the agent dies. It listens, so that the next
- * agent can ask who holds it (SO_PEERCRED).
- *
- * Anyone in the namespace can bind such a name, though. A holder of
- * another uid cannot share this agent's reservation (the kernel keeps
- * SO_REUSEPORT within one uid), so it is only in the way: the agent goes
- * on without the lock when nothing at all is bound to the port, and says
- * so. A holder is called an rdzv agent only when its command line is one.
+ * agent can ask who holds it (SO_PEERCRED), and the agent accepts and
+ * closes what comes (rdzv_reserve_lock_answer), so its queue never fills.
+ * Anyone in the namespace can bind such a name, though (s_lock_taken).
  * Returns the lock, -2 for none needed, or -1 with err set. */
 static int s_lock(int port, char *err, size_t errlen)
 {
     struct sockaddr_un sun = { .sun_family = AF_UNIX };
     int n = snprintf(sun.sun_path + 1, sizeof sun.sun_path - 1, "rdzv-agent-port-%d", port);
     socklen_t len = (socklen_t) (offsetof(struct sockaddr_un, sun_path) + 1 + (size_t) n);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0 && bind(fd, (struct sockaddr *) &sun, len) == 0 && listen(fd, 1) == 0)
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd >= 0 && bind(fd, (struct sockaddr *) &sun, len) == 0 && listen(fd, SOMAXCONN) == 0)
         return fd;
     int e = errno;
     if (fd >= 0)
         close(fd);
-    struct ucred who = { 0 };
-    socklen_t wlen = sizeof who;
-    int c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    bool asked = e == EADDRINUSE && c >= 0 && connect(c, (struct sockaddr *) &sun, len) == 0
-                 && getsockopt(c, SOL_SOCKET, SO_PEERCRED, &who, &wlen) == 0;
-    if (c >= 0)
-        close(c);
-    char cmd[128];
-    bool agent = asked && who.pid > 0 && s_is_agent(who.pid, cmd, sizeof cmd);
-    if (asked && who.uid != getuid() && s_port_free(port)) {
-        fprintf(stderr, "rdzv agent: port %d: this network namespace's lock @rdzv-agent-port-%d "
-                "is held by pid %d (uid %d, %s), which cannot share a port with uid %d: going "
-                "on without it\n", port, port, (int) who.pid, (int) who.uid,
-                agent ? "an rdzv agent" : "not an rdzv agent", (int) getuid());
-        return -2;
-    }
-    if (agent)
-        snprintf(err, errlen, "port %d is reserved by another rdzv agent in this network "
-                 "namespace (pid %d, uid %d)", port, (int) who.pid, (int) who.uid);
-    else if (asked)
-        snprintf(err, errlen, "port %d: this network namespace's agent lock on it "
-                 "(@rdzv-agent-port-%d) is held by pid %d (uid %d, %s), which is not an rdzv "
-                 "agent", port, port, (int) who.pid, (int) who.uid, who.pid > 0 ? cmd
-                 : "in another PID namespace");
-    else if (e == EADDRINUSE)
-        snprintf(err, errlen, "port %d: this network namespace's agent lock on it "
-                 "(@rdzv-agent-port-%d) is held by a socket that takes no connections, so not "
-                 "by an rdzv agent", port, port);
-    else
-        snprintf(err, errlen, "port %d: cannot take this network namespace's lock on it: %s",
-                 port, strerror(e));
+    if (e == EADDRINUSE)
+        return s_lock_taken(port, &sun, len, err, errlen);
+    snprintf(err, errlen, "port %d: cannot take this network namespace's lock on it: %s",
+             port, strerror(e));
     return -1;
+}
+
+void rdzv_reserve_lock_answer(int lock)
+{
+    for (int c; (c = accept4(lock, NULL, NULL, SOCK_CLOEXEC)) >= 0 || errno == EINTR;)
+        if (c >= 0)
+            close(c);
 }
 
 int rdzv_reserve_port(int port, int *lock, int *bind_errno, char *err, size_t errlen)

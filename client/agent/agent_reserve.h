@@ -19,8 +19,15 @@
  * in err, and the bind's errno in *bind_errno where the bind failed (0
  * otherwise). Keep *lock open as long as the reservation; it is -2 when a
  * process of another uid squats the lock's name and nothing holds the
- * port (that process cannot share it: the reservation goes on without). */
+ * port (that process cannot share it: the reservation goes on without).
+ * A holder of the name is called an rdzv agent in err only when it runs
+ * `rdzv agent`; otherwise it is named for what it is. */
 int rdzv_reserve_port(int port, int *lock, int *bind_errno, char *err, size_t errlen);
+
+/* Accepts and closes every connection waiting on a lock from
+ * rdzv_reserve_port: another agent connects to learn who holds it. Call it
+ * when the lock is readable, so its queue never fills. */
+void rdzv_reserve_lock_answer(int lock);
 
 /* Whether a bind with SO_REUSEADDR (never listening, closed at once) would
  * get port where the reservation's bind did not: then only sockets in

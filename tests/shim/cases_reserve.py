@@ -137,18 +137,46 @@ def s_time_wait(opts, index, reuseaddr):
 
 SQUATTER = """
 import socket, sys
+name = "\\0rdzv-agent-port-%d"
 s = socket.socket(socket.AF_UNIX)
-s.bind("\\0rdzv-agent-port-%d")
-if %r:
-    s.listen(1)
+s.bind(name)
+if %r != "bound":
+    s.listen(0)
+if %r == "full":                 # a queue that stays full: a connect that waits, waits for ever
+    queued = []
+    while True:
+        c = socket.socket(socket.AF_UNIX)
+        c.setblocking(False)
+        try:
+            c.connect(name)
+        except BlockingIOError:
+            break
+        queued.append(c)
 print("ready", flush=True)
 sys.stdin.read()
 """
 
+# How a squatter holds the lock's name, its uid, and what the agent does:
+# another uid cannot share the port, so the agent goes round it; its own
+# uid could, so it stops. Either way the holder is named for what it is;
+# one the agent cannot see (it runs in a PID namespace of its own) is not
+# called anything.
+OWN_PIDNS = ("unshare", "--pid", "--fork", "--mount-proc")
+SQUATS = (
+    ("listen", 65534, (), 0, "held by pid {pid} (uid 65534, python3); no other uid can share"),
+    ("bound", 65534, (), 0, "held by a socket of uid 65534 that takes no connections"),
+    ("full", 65534, (), 0, "held by a socket of uid 65534 that takes no connections"),
+    ("listen", 0, (), 1, "held by pid {pid} (uid 0, python3), which is not an rdzv agent"),
+    ("bound", 0, (), 1, "held by a socket of uid 0 that takes no connections (an rdzv agent's "
+     "lock does), which is not an rdzv agent"),
+    ("listen", 0, OWN_PIDNS, 1, "held by a process of uid 0 in another PID namespace (its pid "
+     "and command cannot be seen from here), which may or may not be an rdzv agent"),
+)
 
-def s_squat(port, uid, listen):
+
+def s_squat(port, uid, how):
     """A process of uid that binds the agent lock's name for port."""
-    argv = [PY, "-c", SQUATTER % (port, listen)]
+    argv = [PY, "-c", SQUATTER % (port, how, how)]
     if uid != os.getuid():
         argv = ["setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups"] + argv
     p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -158,48 +186,64 @@ def s_squat(port, uid, listen):
 
 def case_reserve_squatted_lock(opts, index):
     """Anyone in the network namespace can bind the agent's lock name
-    @rdzv-agent-port-P. The agent calls the holder an rdzv agent only when
-    it is one; a holder of another uid, which cannot share the port, is gone
-    round (the agent starts and says so); one of the agent's own uid, or one
-    that does not answer, stops it with the holder named for what it is."""
-    if os.getuid() != 0 or not shutil.which("setpriv"):
-        raise rdzvtest.Skip("needs root and setpriv (util-linux) to squat as another uid")
+    @rdzv-agent-port-P, listening, not listening, or with its queue kept
+    full. The agent never waits on it, calls the holder an rdzv agent only
+    when it is one, goes round a holder of another uid (which cannot share
+    the port) and says so, and stops at one of its own uid, named for what
+    it is."""
+    if os.getuid() != 0 or not shutil.which("setpriv") or not shutil.which("unshare"):
+        raise rdzvtest.Skip("needs root, setpriv and unshare (util-linux) to squat as "
+                            "another uid and run the agent in a PID namespace")
     r = Range(opts, index)
     port = r.base + 3
     squatter = None
     try:
-        squatter = s_squat(port, 65534, True)
-        log = os.path.join(r.tmp.name, "agent.log")
-        agent = subprocess.Popen(r.argv("--reserve-wait", "5"), stderr=open(log, "w"))
-        try:
-            wait_for(lambda: os.path.exists(r.sock) or agent.poll() is not None,
-                     "the agent to start beside a squatter of uid 65534")
-            text = open(log).read()
-            check(os.path.exists(r.sock) and "held by pid %d (uid 65534, not an rdzv agent)"
-                  % squatter.pid in text and "going on without it" in text,
-                  "the agent did not go round the squatter: %s" % text)
-        finally:
-            agent.terminate()
-            agent.wait(timeout=WAIT_S)
-        squatter.kill()
-        squatter.wait()
-        for uid, listen, want in ((0, True, "is held by pid %d (uid 0, python3"),
-                                  (65534, False, "held by a socket that takes no connections, "
-                                   "so not by an rdzv agent")):
-            squatter = s_squat(port, uid, listen)
-            p = subprocess.run(r.argv("--reserve-wait", "5"), capture_output=True, text=True,
-                               timeout=WAIT_S)
-            expect = want % squatter.pid if "%d" in want else want
-            check(p.returncode == 1 and expect in p.stderr
-                  and "reserved by another rdzv agent" not in p.stderr,
-                  "squatter of uid %d (listening: %s): the agent exited %d: %s"
-                  % (uid, listen, p.returncode, p.stderr))
+        for how, uid, wrap, rc, want in SQUATS:
+            squatter = s_squat(port, uid, how)
+            what = "squatter of uid %d (%s%s)" % (uid, how,
+                                                   ", agent in a PID namespace" * bool(wrap))
+            try:
+                p = subprocess.run(list(wrap) + r.argv("--reserve-wait", "5", "--", "/bin/true"),
+                                   capture_output=True, text=True, timeout=WAIT_S)
+            except subprocess.TimeoutExpired:
+                raise rdzvtest.Fail("%s: the agent hung" % what)
+            check(p.returncode == rc and want.format(pid=squatter.pid) in p.stderr
+                  and "reserved by another rdzv agent" not in p.stderr
+                  and ("serving " in p.stderr) == (rc == 0),
+                  "%s: the agent exited %d: %s" % (what, p.returncode, p.stderr))
             squatter.kill()
             squatter.wait()
             squatter = None
     finally:
         if squatter:
             squatter.kill()
+        r.close()
+
+
+def case_reserve_lock_answers(opts, index):
+    """A serving agent answers whoever asks who holds its lock, however
+    many ask: each later agent for its ports is told, at once, that another
+    rdzv agent (its pid) holds them. (The lock's queue used to fill after
+    two: the third agent waited for ever.)"""
+    r = Range(opts, index)
+    log = os.path.join(r.tmp.name, "agent.log")
+    first = subprocess.Popen(r.argv(), stderr=open(log, "w"))
+    try:
+        wait_for(lambda: os.path.exists(r.sock) or first.poll() is not None,
+                 "the first agent to serve")
+        check(os.path.exists(r.sock), "the first agent did not serve: %s" % open(log).read())
+        want = "reserved by another rdzv agent in this network namespace (pid %d," % first.pid
+        for i in range(5):
+            try:
+                p = subprocess.run(r.argv("--socket", "%s.%d" % (r.sock, i)),
+                                   capture_output=True, text=True, timeout=WAIT_S)
+            except subprocess.TimeoutExpired:
+                raise rdzvtest.Fail("later agent %d hung asking who holds the lock" % i)
+            check(p.returncode == 1 and want in p.stderr,
+                  "later agent %d exited %d: %s" % (i, p.returncode, p.stderr))
+    finally:
+        first.terminate()
+        first.wait(timeout=WAIT_S)
         r.close()
 
 
