@@ -72,9 +72,11 @@ static int s_read(int nl, const char *name, size_t len, uid_t *uid)
             continue;
         if (n <= 0)
             return n < 0 ? -errno : -EPROTO;
-        int left = (int) n;
-        for (struct nlmsghdr *h = (struct nlmsghdr *) buf; NLMSG_OK(h, left);
-             h = NLMSG_NEXT(h, left)) {
+        /* NLMSG_OK compares a signed length with an unsigned one. */
+        for (size_t off = 0; off + sizeof(struct nlmsghdr) <= (size_t) n;) {
+            const struct nlmsghdr *h = (const struct nlmsghdr *) (buf + off);
+            if (h->nlmsg_len < sizeof *h || h->nlmsg_len > (size_t) n - off)
+                return -EPROTO;
             if (h->nlmsg_type == NLMSG_DONE)
                 return rc;
             if (h->nlmsg_type == NLMSG_ERROR) {
@@ -85,6 +87,7 @@ static int s_read(int nl, const char *name, size_t len, uid_t *uid)
                 int m = s_match(h, name, len, uid);
                 rc = m == 1 ? 0 : m < 0 ? m : rc;
             }
+            off += NLMSG_ALIGN(h->nlmsg_len);
         }
     }
 }
