@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #define AGENT_MAX_POLL (RDZV_AGENT_MAX_CONNS + 3)
+#define RETAKE_LOCK_MS 1000
 
 typedef struct {
     rdzv_agent_opts_t opts;
@@ -416,6 +417,23 @@ static size_t s_lock_pollfds(const s_agent_t *self, struct pollfd *pfd)
     return n;
 }
 
+/* Retakes the locks the agent went on without (a squatter of another uid
+ * held them); whether any is still missing. */
+static bool s_retake_locks(s_agent_t *self)
+{
+    bool missing = false;
+    for (size_t i = 0; self->locks && i < self->nplan; i++) {
+        if (self->locks[i] != RDZV_RESERVE_NO_LOCK)
+            continue;
+        int fd = rdzv_reserve_lock_retake(self->plan[i]);
+        if (fd >= 0)
+            self->locks[i] = fd;
+        else
+            missing = true;
+    }
+    return missing;
+}
+
 static void s_loop(s_agent_t *self)
 {
     /* The signal, rdzvd, the socket and its connections, the plan's locks. */
@@ -429,7 +447,9 @@ static void s_loop(s_agent_t *self)
         if (self->serve)
             n += rdzv_agent_serve_pollfds(self->serve, pfd + n, AGENT_MAX_POLL - n);
         nlocks = s_lock_pollfds(self, pfd + n);
-        if (poll(pfd, n + nlocks, -1) < 0) {
+        /* A lock still squatted is tried again every second. */
+        int timeout = s_retake_locks(self) ? RETAKE_LOCK_MS : -1;
+        if (poll(pfd, n + nlocks, timeout) < 0) {
             if (errno == EINTR)
                 continue;
             { s_fatal(self, 1, "poll failed"); break; }

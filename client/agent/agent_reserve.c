@@ -149,8 +149,8 @@ static void s_name_holder(const s_holder_t *h, bool agent, const char *cmd, char
  * agent's reservation (the kernel keeps SO_REUSEPORT within one uid), so
  * it is only in the way: the agent goes on without the lock when nothing
  * at all is bound to the port, and says so. Otherwise the holder stops
- * it, called an rdzv agent only when its command line is one. Returns -2
- * (go on without) or -1 with err set. */
+ * it, called an rdzv agent only when its command line is one. Returns
+ * RDZV_RESERVE_NO_LOCK (go on without) or -1 with err set. */
 static int s_lock_taken(int port, const struct sockaddr_un *sun, socklen_t len, char *err,
                         size_t errlen)
 {
@@ -163,7 +163,7 @@ static int s_lock_taken(int port, const struct sockaddr_un *sun, socklen_t len, 
         fprintf(stderr, "rdzv agent: port %d: this network namespace's lock "
                 "@rdzv-agent-port-%d is held by %s; no other uid can share a port with "
                 "uid %d, so going on without it\n", port, port, who, (int) getuid());
-        return -2;
+        return RDZV_RESERVE_NO_LOCK;
     }
     if (agent)
         snprintf(err, errlen, "port %d is reserved by another rdzv agent in this network "
@@ -176,29 +176,59 @@ static int s_lock_taken(int port, const struct sockaddr_un *sun, socklen_t len, 
     return -1;
 }
 
+/* The lock's name for port, @rdzv-agent-port-PORT; its length. */
+static socklen_t s_lock_name(int port, struct sockaddr_un *sun)
+{
+    *sun = (struct sockaddr_un) { .sun_family = AF_UNIX };
+    int n = snprintf(sun->sun_path + 1, sizeof sun->sun_path - 1, "rdzv-agent-port-%d", port);
+    return (socklen_t) (offsetof(struct sockaddr_un, sun_path) + 1 + (size_t) n);
+}
+
+/* The lock, or a negative errno value. */
+static int s_lock_bind(const struct sockaddr_un *sun, socklen_t len)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -errno;
+    if (bind(fd, (const struct sockaddr *) sun, len) < 0 || listen(fd, SOMAXCONN) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    return fd;
+}
+
 /* Abstract unix socket names live in the network namespace, the scope of a
  * port: binding one per port is a lock no two agents there can both hold,
  * freed by the kernel when the agent dies. It listens, so that the next
  * agent can ask who holds it (SO_PEERCRED), and the agent accepts and
  * closes what comes (rdzv_reserve_lock_answer), so its queue never fills.
  * Anyone in the namespace can bind such a name, though (s_lock_taken).
- * Returns the lock, -2 for none needed, or -1 with err set. */
+ * Returns the lock, RDZV_RESERVE_NO_LOCK, or -1 with err set. */
 static int s_lock(int port, char *err, size_t errlen)
 {
-    struct sockaddr_un sun = { .sun_family = AF_UNIX };
-    int n = snprintf(sun.sun_path + 1, sizeof sun.sun_path - 1, "rdzv-agent-port-%d", port);
-    socklen_t len = (socklen_t) (offsetof(struct sockaddr_un, sun_path) + 1 + (size_t) n);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd >= 0 && bind(fd, (struct sockaddr *) &sun, len) == 0 && listen(fd, SOMAXCONN) == 0)
-        return fd;
-    int e = errno;
+    struct sockaddr_un sun;
+    socklen_t len = s_lock_name(port, &sun);
+    int fd = s_lock_bind(&sun, len);
     if (fd >= 0)
-        close(fd);
+        return fd;
+    int e = -fd;
     if (e == EADDRINUSE)
         return s_lock_taken(port, &sun, len, err, errlen);
     snprintf(err, errlen, "port %d: cannot take this network namespace's lock on it: %s",
              port, strerror(e));
     return -1;
+}
+
+int rdzv_reserve_lock_retake(int port)
+{
+    struct sockaddr_un sun;
+    socklen_t len = s_lock_name(port, &sun);
+    int fd = s_lock_bind(&sun, len);
+    if (fd >= 0)
+        fprintf(stderr, "rdzv agent: port %d: took this network namespace's lock "
+                "@rdzv-agent-port-%d, which its holder of another uid has let go\n", port, port);
+    return fd;
 }
 
 void rdzv_reserve_lock_answer(int lock)

@@ -17,12 +17,20 @@
  * process can hold and the kernel frees when it dies. Returns the
  * descriptor, or -1 with the reason (naming the agent that holds the port)
  * in err, and the bind's errno in *bind_errno where the bind failed (0
- * otherwise). Keep *lock open as long as the reservation; it is -2 when a
- * process of another uid squats the lock's name and nothing holds the
- * port (that process cannot share it: the reservation goes on without).
+ * otherwise). Keep *lock open as long as the reservation; it is
+ * RDZV_RESERVE_NO_LOCK when a process of another uid squats the lock's
+ * name and nothing holds the port (that process cannot share it: the
+ * reservation goes on without, and rdzv_reserve_lock_retake takes it).
  * A holder of the name is called an rdzv agent in err only when it runs
  * `rdzv agent`; otherwise it is named for what it is. */
+#define RDZV_RESERVE_NO_LOCK (-2)
 int rdzv_reserve_port(int port, int *lock, int *bind_errno, char *err, size_t errlen);
+
+/* Takes port's lock where rdzv_reserve_port went on without it, once the
+ * squatter has let it go: until then, another agent of this uid could
+ * take the lock and reserve the port beside this one. Returns the lock
+ * (and logs so), or a negative errno value while it is still held. */
+int rdzv_reserve_lock_retake(int port);
 
 /* Accepts and closes every connection waiting on a lock from
  * rdzv_reserve_port: another agent connects to learn who holds it. Call it

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -217,6 +218,41 @@ def case_reserve_squatted_lock(opts, index):
     finally:
         if squatter:
             squatter.kill()
+        r.close()
+
+
+def case_reserve_squatter_leaves(opts, index):
+    """An agent that went round a squatter of another uid takes the lock
+    once the squatter lets it go (it answers for the port from then on), so
+    that a later agent of its uid is stopped by the lock instead of
+    reserving the port beside it (SO_REUSEPORT)."""
+    if os.getuid() != 0 or not shutil.which("setpriv"):
+        raise rdzvtest.Skip("needs root and setpriv (util-linux) to squat as another uid")
+    r = Range(opts, index)
+    port = r.base + 3
+    squatter = s_squat(port, 65534, "listen")
+    log = os.path.join(r.tmp.name, "agent.log")
+    first = subprocess.Popen(r.argv(), stderr=open(log, "w"))
+    try:
+        wait_for(lambda: os.path.exists(r.sock) or first.poll() is not None,
+                 "the agent to serve beside the squatter")
+        check(os.path.exists(r.sock) and "going on without it" in open(log).read(),
+              "the agent did not go round the squatter: %s" % open(log).read())
+        squatter.kill()
+        squatter.wait()
+        wait_for(lambda: "took this network namespace's lock @rdzv-agent-port-%d" % port
+                 in open(log).read(), "the agent to take the lock its squatter let go")
+        c = socket.socket(socket.AF_UNIX)
+        c.connect("\0rdzv-agent-port-%d" % port)
+        pid, _, _ = struct.unpack("3i", c.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                        struct.calcsize("3i")))
+        c.close()
+        check(pid == first.pid, "the lock is held by pid %d, not the agent (%d)"
+              % (pid, first.pid))
+    finally:
+        squatter.kill()
+        first.terminate()
+        first.wait(timeout=WAIT_S)
         r.close()
 
 

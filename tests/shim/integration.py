@@ -31,7 +31,8 @@ from cases_lifecycle import (case_cmd, case_cmd_not_runnable, case_cmd_sighup,  
                              case_sidecar_sigquit)
 from cases_closed import case_fail_closed, case_not_in_plan  # noqa
 from cases_reserve import (case_reserve_beside_listener, case_reserve_live_holder,  # noqa
-                           case_reserve_lock_answers, case_reserve_squatted_lock, case_reserve_time_wait,
+                           case_reserve_lock_answers, case_reserve_squatted_lock,
+                           case_reserve_squatter_leaves, case_reserve_time_wait,
                            case_reserve_time_wait_plain)
 from pod import case_options, run_pod_case, verdict
 
@@ -87,6 +88,7 @@ OWN_CASES = {"cmd": case_cmd, "cmd_signal": case_cmd_signal,
              "reserve_time_wait_plain": case_reserve_time_wait_plain,
              "reserve_squatted_lock": case_reserve_squatted_lock,
              "reserve_lock_answers": case_reserve_lock_answers,
+             "reserve_squatter_leaves": case_reserve_squatter_leaves,
              "reserve_live_holder": case_reserve_live_holder,
              "reserve_beside_listener": case_reserve_beside_listener}
 CASES = list(POD_CASES) + list(OWN_CASES)
