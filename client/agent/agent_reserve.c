@@ -145,57 +145,130 @@ static void s_name_holder(const s_holder_t *h, bool agent, const char *cmd, char
                  "does), whose owner the kernel does not say");
 }
 
-/* The lock name is taken. A holder of another uid cannot share this
- * agent's reservation (the kernel keeps SO_REUSEPORT within one uid), so
- * it is only in the way: the agent goes on without the lock when nothing
- * at all is bound to the port, and says so. Otherwise the holder stops
- * it, called an rdzv agent only when its command line is one. Returns
- * RDZV_RESERVE_NO_LOCK (go on without) or -1 with err set. */
-static int s_lock_taken(int port, const struct sockaddr_un *sun, socklen_t len, char *err,
-                        size_t errlen)
-{
-    s_holder_t h;
-    s_ask_holder(sun, len, &h);
-    char cmd[128] = "?", who[192];
-    bool agent = h.answered && h.pid > 0 && s_is_agent(h.pid, cmd, sizeof cmd);
-    s_name_holder(&h, agent, cmd, who, sizeof who);
-    if (h.uid_known && h.uid != getuid() && s_port_free(port)) {
-        fprintf(stderr, "rdzv agent: port %d: this network namespace's lock "
-                "@rdzv-agent-port-%d is held by %s; no other uid can share a port with "
-                "uid %d, so going on without it\n", port, port, who, (int) getuid());
-        return RDZV_RESERVE_NO_LOCK;
-    }
-    if (agent)
-        snprintf(err, errlen, "port %d is reserved by another rdzv agent in this network "
-                 "namespace (pid %d, uid %d)", port, (int) h.pid, (int) h.uid);
-    else
-        snprintf(err, errlen, "port %d: this network namespace's agent lock on it "
-                 "(@rdzv-agent-port-%d) is held by %s, %s", port, port, who,
-                 h.answered && h.pid == 0 ? "which may or may not be an rdzv agent (in "
-                 "another container?)" : "which is not an rdzv agent");
-    return -1;
-}
+/* A lock's name: @rdzv-agent-port-PORT, or with -uid-UID for one that
+ * only agents of that uid take (s_lock_taken). */
+typedef struct {
+    struct sockaddr_un sun;
+    socklen_t len;
+    const char *text;          /* printable, without the leading NUL */
+} s_name_t;
 
-/* The lock's name for port, @rdzv-agent-port-PORT; its length. */
-static socklen_t s_lock_name(int port, struct sockaddr_un *sun)
+static void s_lock_name(int port, bool own_uid, s_name_t *n)
 {
-    *sun = (struct sockaddr_un) { .sun_family = AF_UNIX };
-    int n = snprintf(sun->sun_path + 1, sizeof sun->sun_path - 1, "rdzv-agent-port-%d", port);
-    return (socklen_t) (offsetof(struct sockaddr_un, sun_path) + 1 + (size_t) n);
+    n->sun = (struct sockaddr_un) { .sun_family = AF_UNIX };
+    char *path = n->sun.sun_path + 1;
+    size_t room = sizeof n->sun.sun_path - 1;
+    int k = own_uid ? snprintf(path, room, "rdzv-agent-port-%d-uid-%u", port, (unsigned) getuid())
+                    : snprintf(path, room, "rdzv-agent-port-%d", port);
+    n->len = (socklen_t) (offsetof(struct sockaddr_un, sun_path) + 1 + (size_t) k);
+    n->text = path;
 }
 
 /* The lock, or a negative errno value. */
-static int s_lock_bind(const struct sockaddr_un *sun, socklen_t len)
+static int s_lock_bind(const s_name_t *n)
 {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         return -errno;
-    if (bind(fd, (const struct sockaddr *) sun, len) < 0 || listen(fd, SOMAXCONN) < 0) {
+    if (bind(fd, (const struct sockaddr *) &n->sun, n->len) < 0 || listen(fd, SOMAXCONN) < 0) {
         int e = errno;
         close(fd);
         return -e;
     }
     return fd;
+}
+
+/* Asks the holder of n, and names it in who; whether it is an rdzv agent. */
+static bool s_describe(const s_name_t *n, s_holder_t *h, char *who, size_t wholen)
+{
+    char cmd[128] = "?";
+    s_ask_holder(&n->sun, n->len, h);
+    bool agent = h->answered && h->pid > 0 && s_is_agent(h->pid, cmd, sizeof cmd);
+    s_name_holder(h, agent, cmd, who, wholen);
+    return agent;
+}
+
+/* The holder of n stops this agent: err says who it is. Returns -1. */
+static int s_stopped_by(int port, const s_name_t *n, const s_holder_t *h, bool agent,
+                        const char *who, char *err, size_t errlen)
+{
+    if (agent)
+        snprintf(err, errlen, "port %d is reserved by another rdzv agent in this network "
+                 "namespace (pid %d, uid %d)", port, (int) h->pid, (int) h->uid);
+    else
+        snprintf(err, errlen, "port %d: this network namespace's agent lock on it (@%s) is "
+                 "held by %s, %s", port, n->text, who, h->answered && h->pid == 0
+                 ? "which may or may not be an rdzv agent (in another container?)"
+                 : "which is not an rdzv agent");
+    return -1;
+}
+
+/* Whether another agent of this uid holds port through the name of its
+ * uid, having gone round a squatter of the shared one (err says so). */
+static bool s_own_uid_holds(int port, char *err, size_t errlen)
+{
+    s_name_t n;
+    s_lock_name(port, true, &n);
+    int fd = s_lock_bind(&n);
+    if (fd >= 0)
+        close(fd);
+    if (fd != -EADDRINUSE)
+        return false;
+    s_holder_t h;
+    char who[192];
+    bool agent = s_describe(&n, &h, who, sizeof who);
+    if (!h.uid_known || h.uid != getuid())
+        return false;              /* a squatter of this name as well: not an agent of ours */
+    s_stopped_by(port, &n, &h, agent, who, err, errlen);
+    return true;
+}
+
+/* Goes round the holder (who) of the shared name: takes the name of this
+ * uid, or none where a process of another uid squats that too. */
+static int s_lock_own_uid(int port, const char *shared, const char *who, char *err,
+                          size_t errlen)
+{
+    s_name_t n;
+    s_lock_name(port, true, &n);
+    int fd = s_lock_bind(&n);
+    if (fd >= 0 || fd != -EADDRINUSE) {
+        fprintf(stderr, "rdzv agent: port %d: this network namespace's lock @%s is held by "
+                "%s; no other uid can share a port with uid %d, so this agent %s @%s "
+                "instead\n", port, shared, who, (int) getuid(), fd >= 0 ? "holds" : "cannot "
+                "hold (going on without a lock)", n.text);
+        return fd >= 0 ? fd : RDZV_RESERVE_NO_LOCK;
+    }
+    s_holder_t h;
+    char who2[192];
+    bool agent = s_describe(&n, &h, who2, sizeof who2);
+    if (h.uid_known && h.uid == getuid())
+        return s_stopped_by(port, &n, &h, agent, who2, err, errlen);
+    fprintf(stderr, "rdzv agent: port %d: this network namespace's locks @%s and @%s are "
+            "held by %s and %s, of other uids, which cannot share a port with uid %d: going "
+            "on without it\n", port, shared, n.text, who, who2, (int) getuid());
+    return RDZV_RESERVE_NO_LOCK;
+}
+
+/* The shared name is taken. A holder of another uid cannot share this
+ * agent's reservation (the kernel keeps SO_REUSEPORT within one uid), so
+ * it is only in the way: when nothing at all is bound to the port, the
+ * agent goes round it through the name of its own uid, which every agent
+ * of this uid checks too. Otherwise the holder stops it (or the agent of
+ * this uid that went round it), called an rdzv agent only when its
+ * command line is one. Returns the lock,
+ * RDZV_RESERVE_NO_LOCK (go on without) or -1 with err set. */
+static int s_lock_taken(int port, const s_name_t *n, char *err, size_t errlen)
+{
+    s_holder_t h;
+    char who[192];
+    bool agent = s_describe(n, &h, who, sizeof who);
+    if (h.uid_known && h.uid != getuid() && s_port_free(port))
+        return s_lock_own_uid(port, n->text, who, err, errlen);
+    /* The port is taken: by an agent of this uid that went round the
+     * squatter, if one holds the name of this uid. */
+    if (h.uid_known && h.uid != getuid() && s_own_uid_holds(port, err, errlen))
+        return -1;
+    return s_stopped_by(port, n, &h, agent, who, err, errlen);
 }
 
 /* Abstract unix socket names live in the network namespace, the scope of a
@@ -207,27 +280,30 @@ static int s_lock_bind(const struct sockaddr_un *sun, socklen_t len)
  * Returns the lock, RDZV_RESERVE_NO_LOCK, or -1 with err set. */
 static int s_lock(int port, char *err, size_t errlen)
 {
-    struct sockaddr_un sun;
-    socklen_t len = s_lock_name(port, &sun);
-    int fd = s_lock_bind(&sun, len);
+    s_name_t n;
+    s_lock_name(port, false, &n);
+    int fd = s_lock_bind(&n);
+    if (fd >= 0 && s_own_uid_holds(port, err, errlen)) {
+        close(fd);
+        return -1;
+    }
     if (fd >= 0)
         return fd;
-    int e = -fd;
-    if (e == EADDRINUSE)
-        return s_lock_taken(port, &sun, len, err, errlen);
+    if (fd == -EADDRINUSE)
+        return s_lock_taken(port, &n, err, errlen);
     snprintf(err, errlen, "port %d: cannot take this network namespace's lock on it: %s",
-             port, strerror(e));
+             port, strerror(-fd));
     return -1;
 }
 
 int rdzv_reserve_lock_retake(int port)
 {
-    struct sockaddr_un sun;
-    socklen_t len = s_lock_name(port, &sun);
-    int fd = s_lock_bind(&sun, len);
+    s_name_t n;
+    s_lock_name(port, false, &n);
+    int fd = s_lock_bind(&n);
     if (fd >= 0)
-        fprintf(stderr, "rdzv agent: port %d: took this network namespace's lock "
-                "@rdzv-agent-port-%d, which its holder of another uid has let go\n", port, port);
+        fprintf(stderr, "rdzv agent: port %d: took this network namespace's lock @%s, which "
+                "its holder of another uid has let go\n", port, n.text);
     return fd;
 }
 

@@ -6,6 +6,7 @@ listener's connections. Each case runs its own rdzvd on its own range."""
 import json
 import os
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -138,24 +139,31 @@ def s_time_wait(opts, index, reuseaddr):
 
 SQUATTER = """
 import socket, sys
-name = "\\0rdzv-agent-port-%d"
-s = socket.socket(socket.AF_UNIX)
-s.bind(name)
-if %r != "bound":
-    s.listen(0)
-if %r == "full":                 # a queue that stays full: a connect that waits, waits for ever
-    queued = []
-    while True:
-        c = socket.socket(socket.AF_UNIX)
-        c.setblocking(False)
-        try:
-            c.connect(name)
-        except BlockingIOError:
-            break
-        queued.append(c)
+socks = []
+for name in %r:
+    s = socket.socket(socket.AF_UNIX)
+    s.bind("\\0" + name)
+    socks.append(s)
+    if %r != "bound":
+        s.listen(0)
+    if %r == "full":             # a queue that stays full: a connect that waits, waits for ever
+        while True:
+            c = socket.socket(socket.AF_UNIX)
+            c.setblocking(False)
+            try:
+                c.connect("\\0" + name)
+            except BlockingIOError:
+                break
+            socks.append(c)
 print("ready", flush=True)
 sys.stdin.read()
 """
+
+
+def lock_name(port, uid=None):
+    """The agent's lock for port, shared or that of agents of uid."""
+    return "rdzv-agent-port-%d" % port + ("" if uid is None else "-uid-%d" % uid)
+
 
 # How a squatter holds the lock's name, its uid, and what the agent does:
 # another uid cannot share the port, so the agent goes round it; its own
@@ -164,9 +172,12 @@ sys.stdin.read()
 # called anything.
 OWN_PIDNS = ("unshare", "--pid", "--fork", "--mount-proc")
 SQUATS = (
-    ("listen", 65534, (), 0, "held by pid {pid} (uid 65534, python3); no other uid can share"),
-    ("bound", 65534, (), 0, "held by a socket of uid 65534 that takes no connections"),
-    ("full", 65534, (), 0, "held by a socket of uid 65534 that takes no connections"),
+    ("listen", 65534, (), 0, "held by pid {pid} (uid 65534, python3); no other uid can share "
+     "a port with uid 0, so this agent holds @rdzv-agent-port-{port}-uid-0 instead"),
+    ("bound", 65534, (), 0, "held by a socket of uid 65534 that takes no connections (an "
+     "rdzv agent's lock does); no other uid"),
+    ("full", 65534, (), 0, "held by a socket of uid 65534 that takes no connections (an "
+     "rdzv agent's lock does); no other uid"),
     ("listen", 0, (), 1, "held by pid {pid} (uid 0, python3), which is not an rdzv agent"),
     ("bound", 0, (), 1, "held by a socket of uid 0 that takes no connections (an rdzv agent's "
      "lock does), which is not an rdzv agent"),
@@ -175,9 +186,9 @@ SQUATS = (
 )
 
 
-def s_squat(port, uid, how):
-    """A process of uid that binds the agent lock's name for port."""
-    argv = [PY, "-c", SQUATTER % (port, how, how)]
+def s_squat(names, uid, how):
+    """A process of uid that binds the lock names (see lock_name)."""
+    argv = [PY, "-c", SQUATTER % (names, how, how)]
     if uid != os.getuid():
         argv = ["setpriv", "--reuid", str(uid), "--regid", str(uid), "--clear-groups"] + argv
     p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -204,7 +215,7 @@ def case_reserve_squatted_lock(opts, index):
             if wrap and not pidns:
                 print("# skipped: unshare cannot make a PID namespace here")
                 continue
-            squatter = s_squat(port, uid, how)
+            squatter = s_squat([lock_name(port)], uid, how)
             what = "squatter of uid %d (%s%s)" % (uid, how,
                                                    ", agent in a PID namespace" * bool(wrap))
             try:
@@ -212,7 +223,7 @@ def case_reserve_squatted_lock(opts, index):
                                    capture_output=True, text=True, timeout=WAIT_S)
             except subprocess.TimeoutExpired:
                 raise rdzvtest.Fail("%s: the agent hung" % what)
-            check(p.returncode == rc and want.format(pid=squatter.pid) in p.stderr
+            check(p.returncode == rc and want.format(pid=squatter.pid, port=port) in p.stderr
                   and "reserved by another rdzv agent" not in p.stderr
                   and ("serving " in p.stderr) == (rc == 0),
                   "%s: the agent exited %d: %s" % (what, p.returncode, p.stderr))
@@ -226,15 +237,16 @@ def case_reserve_squatted_lock(opts, index):
 
 
 def case_reserve_squatter_leaves(opts, index):
-    """An agent that went round a squatter of another uid takes the lock
-    once the squatter lets it go (it answers for the port from then on), so
-    that a later agent of its uid is stopped by the lock instead of
-    reserving the port beside it (SO_REUSEPORT)."""
+    """A squatter of another uid holds both lock names of a plan port (the
+    shared one and that of the agent's uid): the agent goes on without a
+    lock, and takes the shared one once the squatter lets go (it answers
+    for the port from then on), so that a later agent of its uid is
+    stopped by the lock instead of reserving the port beside it."""
     if os.getuid() != 0 or not shutil.which("setpriv"):
         raise rdzvtest.Skip("needs root and setpriv (util-linux) to squat as another uid")
     r = Range(opts, index)
     port = r.base + 3
-    squatter = s_squat(port, 65534, "listen")
+    squatter = s_squat([lock_name(port), lock_name(port, os.getuid())], 65534, "listen")
     log = os.path.join(r.tmp.name, "agent.log")
     first = subprocess.Popen(r.argv(), stderr=open(log, "w"))
     try:
@@ -244,17 +256,53 @@ def case_reserve_squatter_leaves(opts, index):
               "the agent did not go round the squatter: %s" % open(log).read())
         squatter.kill()
         squatter.wait()
-        wait_for(lambda: "took this network namespace's lock @rdzv-agent-port-%d" % port
+        wait_for(lambda: "took this network namespace's lock @%s" % lock_name(port)
                  in open(log).read(), "the agent to take the lock its squatter let go")
         c = socket.socket(socket.AF_UNIX)
-        c.connect("\0rdzv-agent-port-%d" % port)
+        c.connect("\0" + lock_name(port))
         pid, _, _ = struct.unpack("3i", c.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                        struct.calcsize("3i")))
+                                                      struct.calcsize("3i")))
         c.close()
         check(pid == first.pid, "the lock is held by pid %d, not the agent (%d)"
               % (pid, first.pid))
     finally:
         squatter.kill()
+        first.terminate()
+        first.wait(timeout=WAIT_S)
+        r.close()
+
+
+def case_reserve_went_round(opts, index):
+    """An agent went round a squatter of another uid on every plan port's
+    shared lock name, and holds the names of its uid instead. The squatter
+    lets go while that agent cannot take the shared names back (stopped):
+    a later agent of the same uid takes the shared names, but is stopped by
+    the first agent's, instead of reserving every port beside it."""
+    if os.getuid() != 0 or not shutil.which("setpriv"):
+        raise rdzvtest.Skip("needs root and setpriv (util-linux) to squat as another uid")
+    r = Range(opts, index)
+    ports = range(r.base, r.base + PER_RANK)
+    squatter = s_squat([lock_name(p) for p in ports], 65534, "listen")
+    log = os.path.join(r.tmp.name, "agent.log")
+    first = subprocess.Popen(r.argv(), stderr=open(log, "w"))
+    try:
+        wait_for(lambda: os.path.exists(r.sock) or first.poll() is not None,
+                 "the agent to serve beside the squatter")
+        check(os.path.exists(r.sock) and "so this agent holds @%s instead"
+              % lock_name(r.base, os.getuid()) in open(log).read(),
+              "the agent did not go round the squatter: %s" % open(log).read())
+        first.send_signal(signal.SIGSTOP)
+        squatter.kill()
+        squatter.wait()
+        p = subprocess.run(r.argv("--socket", r.sock + ".2", "--", "/bin/true"),
+                           capture_output=True, text=True, timeout=WAIT_S)
+        want = "port %d is reserved by another rdzv agent in this network namespace (pid %d," \
+            % (r.base, first.pid)
+        check(p.returncode == 1 and want in p.stderr,
+              "a later agent of the same uid exited %d: %s" % (p.returncode, p.stderr))
+    finally:
+        squatter.kill()
+        first.send_signal(signal.SIGCONT)
         first.terminate()
         first.wait(timeout=WAIT_S)
         r.close()

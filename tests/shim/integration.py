@@ -33,7 +33,7 @@ from cases_closed import case_fail_closed, case_not_in_plan  # noqa
 from cases_reserve import (case_reserve_beside_listener, case_reserve_live_holder,  # noqa
                            case_reserve_lock_answers, case_reserve_squatted_lock,
                            case_reserve_squatter_leaves, case_reserve_time_wait,
-                           case_reserve_time_wait_plain)
+                           case_reserve_time_wait_plain, case_reserve_went_round)
 from pod import case_options, run_pod_case, verdict
 
 POD_CASES = {
@@ -89,6 +89,7 @@ OWN_CASES = {"cmd": case_cmd, "cmd_signal": case_cmd_signal,
              "reserve_squatted_lock": case_reserve_squatted_lock,
              "reserve_lock_answers": case_reserve_lock_answers,
              "reserve_squatter_leaves": case_reserve_squatter_leaves,
+             "reserve_went_round": case_reserve_went_round,
              "reserve_live_holder": case_reserve_live_holder,
              "reserve_beside_listener": case_reserve_beside_listener}
 CASES = list(POD_CASES) + list(OWN_CASES)
