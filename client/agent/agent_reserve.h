@@ -17,10 +17,11 @@
  * process can hold and the kernel frees when it dies. Returns the
  * descriptor, or -1 with the reason (naming the agent that holds the port)
  * in err, and the bind's errno in *bind_errno where the bind failed (0
- * otherwise). Keep *lock open as long as the reservation; it is
- * RDZV_RESERVE_NO_LOCK when a process of another uid squats the lock's
- * name and nothing holds the port (that process cannot share it: the
- * reservation goes on without, and rdzv_reserve_lock_retake takes it).
+ * otherwise). Keep *lock open as long as the reservation. Where a process
+ * of another uid squats the lock's name and nothing holds the port (that
+ * process cannot share it), *lock is a name of this uid's agents instead;
+ * it is RDZV_RESERVE_NO_LOCK where that is squatted too (the reservation
+ * goes on without, and rdzv_reserve_lock_retake takes the lock later).
  * A holder of the name is called an rdzv agent in err only when it runs
  * `rdzv agent`; otherwise it is named for what it is. */
 #define RDZV_RESERVE_NO_LOCK (-2)
