@@ -231,7 +231,7 @@ static int s_lock_own_uid(int port, const char *shared, const char *who, char *e
     s_name_t n;
     s_lock_name(port, true, &n);
     int fd = s_lock_bind(&n);
-    if (fd >= 0 || fd != -EADDRINUSE) {
+    if (fd != -EADDRINUSE) {
         fprintf(stderr, "rdzv agent: port %d: this network namespace's lock @%s is held by "
                 "%s; no other uid can share a port with uid %d, so this agent %s @%s "
                 "instead\n", port, shared, who, (int) getuid(), fd >= 0 ? "holds" : "cannot "
