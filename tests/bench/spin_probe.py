@@ -98,6 +98,11 @@ def sampler(samples, stop, dump_dir=None, dumps=None):
                 dumps.append(path)
 
 
+def role(pid, tid, comm):
+    """Shard 0 is rdzvd's main thread; libzmq names its own (ZMQbg/...)."""
+    return "shard 0 (main)" if tid == str(pid) else comm
+
+
 def busiest(samples, top=4):
     """The threads that used the most CPU over the run, with their samples."""
     first, last = {}, {}
@@ -107,7 +112,8 @@ def busiest(samples, top=4):
             last[tid] = t
     used = sorted(((last[t]["cpu"] - first[t]["cpu"], t) for t in last), reverse=True)[:top]
     keep = {t for _, t in used}
-    return [{"tid": t, "comm": last[t]["comm"], "cpu_s": round(c, 2),
+    pid = samples[-1]["pid"] if samples else 0
+    return [{"tid": t, "comm": role(pid, t, last[t]["comm"]), "cpu_s": round(c, 2),
              "samples": [(s["t"], s["threads"][t]["cpu"], s["threads"][t]["syscall"],
                           s["threads"][t]["wchan"]) for s in samples if t in s["threads"]]}
             for c, t in used if t in keep]
@@ -124,10 +130,16 @@ def main():
     ap.add_argument("--timeout", type=int, default=60)
     ap.add_argument("--out", required=True)
     ap.add_argument("--always-floor", action="store_true", help="every run with --floor")
+    ap.add_argument("--deadline", type=float, default=0,
+                    help="start no run after this many seconds (0: no limit)")
     opts = ap.parse_args()
+    start = time.monotonic()
     os.makedirs(opts.out, exist_ok=True)
     with open(os.path.join(opts.out, "runs.jsonl"), "w") as log:
         for i in range(opts.runs):
+            if opts.deadline and time.monotonic() - start > opts.deadline:
+                print("deadline: %d of %d runs" % (i, opts.runs), flush=True)
+                break
             floor = opts.always_floor or i % 3 != 2   # two of three runs follow a floor run
             samples, stop, dumps = [], threading.Event(), []
             th = threading.Thread(target=sampler, args=(samples, stop, opts.out, dumps),
@@ -142,14 +154,19 @@ def main():
             lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
             result = json.loads(lines[-1]) if lines else {"error": p.stderr[-400:]}
             result["run"], result["after_floor"] = i, floor
+            # Every run: what rdzvd's threads burnt from start to stop, the
+            # few seconds after the release included (a check the tick
+            # runs after the replies is paid there, unseen in "seconds").
+            result["top"] = [(b["comm"], b["cpu_s"]) for b in busiest(samples, 3)]
             if result.get("seconds", opts.slow + 1) > opts.slow:
                 result["busiest"] = busiest(samples)
                 result["tcp_peak"] = max((s["tcp"] for s in samples),
                                          key=lambda c: c.get("SYN_RECV", 0), default={})
             log.write(json.dumps(result) + "\n")
             log.flush()
-            print("run %d floor=%s seconds=%s server_cpu_s=%s" % (
-                i, floor, result.get("seconds"), result.get("server_cpu_s")), flush=True)
+            print("run %d floor=%s seconds=%s server_cpu_s=%s top=%s" % (
+                i, floor, result.get("seconds"), result.get("server_cpu_s"), result["top"]),
+                flush=True)
 
 
 if __name__ == "__main__":
