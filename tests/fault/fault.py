@@ -21,6 +21,7 @@ import fault_journal
 import fault_network
 import fault_quota
 import fault_readers
+import fault_storm
 from faultlib import TAP, Fail, Skip
 
 CASES = {
@@ -34,6 +35,7 @@ CASES = {
     "nonreaders_300": fault_readers.case_nonreaders_300,
     "pipelined_reader": fault_readers.case_pipelined_reader,
     "many_nodes_one_host": fault_readers.case_many_nodes_one_host,
+    "storm_release": fault_storm.case_storm_release,
     "http_slowloris": fault_http.case_http_slowloris,
     "forming_lockout": fault_quota.case_forming_lockout,
     "reclaim_spares_waiters": fault_quota.case_reclaim_spares_waiters,
