@@ -18,7 +18,7 @@ HALF_OPEN = 300                    # a third each: silent, greeting cut, READY c
 SETTLE_S = 45                      # past --peer-timeout: a spin until a handshake times out shows
 AFTER_CPU_S = 1.0                  # a check of every rank against every node took ~3 s here
 # rdzvd's CPU per rank or connection from the first join to the last reply:
-# 25-50 us on the 2-core machine (about 115 under ASan); that check, when the
+# 25-50 us on the 2-core machine (70-115 under ASan); that check, when the
 # tick came before the replies, 380-520.
 FORMATION_US = 250
 
