@@ -81,7 +81,9 @@ void rdzv_batch_error(rdzv_batch_t *self, const rdzv_peer_t *peer, const char *c
     int code_index = rdzv_error_code_index(code);
     if (code_index >= 0)
         self->metrics->refusals[code_index]++;
-    if (strcmp(code, RDZV_E_TIMEOUT) != 0)
+    /* Timeouts are the normal end of a wait; busy errors come by the
+     * thousand from one peer that does not read: counted, not logged. */
+    if (strcmp(code, RDZV_E_TIMEOUT) != 0 && strcmp(code, RDZV_E_BUSY) != 0)
         rdzv_core_log("refuse", "code=%s %s", code, msg);
     rdzv_batch_reply(self, peer, rdzv_reply_error(peer->req, code, msg));
 }

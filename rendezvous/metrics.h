@@ -19,7 +19,7 @@ typedef struct {
 } rdzv_histogram_t;
 
 /* Error codes of docs/protocol.md, in a fixed order for per-code counters. */
-#define RDZV_ERROR_CODES 18
+#define RDZV_ERROR_CODES 19
 extern const char *const rdzv_error_codes[RDZV_ERROR_CODES];
 int rdzv_error_code_index(const char *code);
 

@@ -77,7 +77,10 @@ static zsock_t *s_router(zcert_t *cert, int peer_timeout_ms)
     /* What a peer may leave unread is counted in bytes by sendq.c, which
      * stops feeding one that does not read: libzmq's own limit counts
      * messages, and a reader's as read only every few dozen. RCVHWM: what
-     * a peer may send ahead before TCP holds it back. */
+     * a peer may send ahead before TCP holds it back. Without it a flood
+     * grows rdzvd without bound; with it libzmq 4.3 stops reading a peer
+     * that floods, and a reset from that peer before rdzvd has drained it
+     * can still reach libzmq's assertion (docs/reliability.md). */
     zsock_set_sndhwm(router, 0);
     zsock_set_rcvhwm(router, RDZV_PEER_RCVHWM);
     zsock_set_router_mandatory(router, 1);
