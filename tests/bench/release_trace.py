@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Where the time of a release goes, inside rdzvd: runs rdzv-bench with a
 straggler against an rdzvd built with -Drelease_trace=true, reads the
-phases' timestamps rdzvd logs (rendezvous/trace.h) and prints each phase
+phases' timestamps rdzvd logs (rendezvous/base/trace.h) and prints each phase
 as milliseconds after the last join was sent: medians over the runs, with
 the smallest and largest.
 

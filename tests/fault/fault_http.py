@@ -1,6 +1,6 @@
 """rdzvd's HTTP endpoint under a slowloris: the kubelet's tokenless probes
 (/healthz, /readyz) and Prometheus' /metrics are answered while hundreds of
-connections trickle their headers (rendezvous/http_slots.h)."""
+connections trickle their headers (rendezvous/net/http_slots.h)."""
 import re
 import socket
 import threading

@@ -1,5 +1,5 @@
 """One client must not lock others out by announcing worlds it never fills
-(rendezvous/reclaim.h): forming groups nobody waits in give their place to
+(rendezvous/core/reclaim.h): forming groups nobody waits in give their place to
 new groups; a group with a rank waiting keeps it."""
 import json
 

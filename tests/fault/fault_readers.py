@@ -1,5 +1,5 @@
 """Peers that do not read what they ask for, and readers that keep many
-requests in flight (rendezvous/sendq.h): rdzvd stays up with its memory
+requests in flight (rendezvous/net/sendq.h): rdzvd stays up with its memory
 bounded, readers get every reply, and a peer is never disconnected for
 not reading."""
 import json

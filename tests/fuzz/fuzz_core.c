@@ -1,4 +1,4 @@
-/* libFuzzer harness: whole-core request handling (rendezvous/core.c) with a
+/* libFuzzer harness: whole-core request handling (rendezvous/core/core.c) with a
  * real journal in a temporary state dir. The input is a sequence of frames
  * separated by '\n'; each byte before a frame's first '{' picks the peer it
  * comes from. After the batch the core is destroyed and rebuilt from its own

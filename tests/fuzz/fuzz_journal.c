@@ -1,4 +1,4 @@
-/* libFuzzer harness: the journal reader (rendezvous/journal.c) on arbitrary
+/* libFuzzer harness: the journal reader (rendezvous/journal/journal.c) on arbitrary
  * file contents, with and without repair. Replay must never read outside the
  * file, must report an offset inside it, and after a successful replay the
  * file must hold exactly the records that were applied (a second replay

@@ -1,4 +1,4 @@
-/* libFuzzer harness: request decoding (rendezvous/proto.c). Any frame must
+/* libFuzzer harness: request decoding (rendezvous/core/proto.c). Any frame must
  * either parse into a request whose fields obey docs/protocol.md or fail
  * with an error code; the error reply must be valid JSON. */
 #include <cjson/cJSON.h>

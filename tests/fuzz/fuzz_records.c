@@ -1,5 +1,5 @@
 /* libFuzzer harness: replaying well-framed journal records with arbitrary
- * JSON in them (rendezvous/core.c's apply). The input is split at '\n'; each
+ * JSON in them (rendezvous/core/core.c's apply). The input is split at '\n'; each
  * piece becomes one record with a correct length and CRC, so the fuzzer gets
  * past the checksum and reaches the code that applies records. rdzvd must
  * start or refuse cleanly, never crash. */

@@ -1,35 +1,44 @@
 #!/usr/bin/env python3
-"""rdzvd's layering, read from the symbols of its core library (nm).
+"""rdzvd's layering, read from the symbols of its wings' libraries (nm)
+and from their sources.
 
-  layering.py LIBRDZVD_CORE.a
+  layering.py SOURCE_ROOT base=LIB journal=LIB core=LIB net=LIB
 
-TAP checks: the files call each other without circles; only core.c (and
-journal.c itself) writes or syncs the journal; the network layer (shard.c,
-conns.c, server.c) reaches the core only through core.h; nothing below it
-calls up into core.c."""
+TAP checks: the files call each other without circles; each wing calls
+only the wings below it (base < journal < core < net); only core.c writes
+or syncs the journal; the network wing reaches the core only through
+core.h and never touches the journal; nothing below it calls up into
+core.c."""
 import collections
+import os
+import re
 import subprocess
 import sys
-import os
 
+ORDER = ["base", "journal", "core", "net"]
 JOURNAL_IO = {"rdzv_journal_write", "rdzv_journal_sync_start", "rdzv_journal_wait",
               "rdzv_journal_compact"}
+# The core's insides: the network wing sees none of them (core.h is its door).
+CORE_INSIDES = {"state", "apply", "batch", "handlers", "release", "documents", "compact",
+                "reclaim", "plan", "quota"}
 
 
-def symbols(archive):
-    """(defined: symbol -> file, used: file -> symbols) of the archive's objects."""
-    out = subprocess.run(["nm", "-A", archive], check=True, capture_output=True,
-                         text=True).stdout
-    defined, used = {}, collections.defaultdict(set)
-    for line in out.splitlines():
-        where, _, rest = line.rpartition(".o:")
-        name = os.path.basename(where).removesuffix(".c")
-        fields = rest.split()
-        if len(fields) == 3 and fields[1] in "TDRB":
-            defined[fields[2]] = name
-        elif len(fields) == 2 and fields[0] == "U":
-            used[name].add(fields[1])
-    return defined, used
+def symbols(archives):
+    """(defined: symbol -> file, used: file -> symbols, wing: file -> wing)."""
+    defined, used, wing = {}, collections.defaultdict(set), {}
+    for w, archive in archives.items():
+        out = subprocess.run(["nm", "-A", archive], check=True, capture_output=True,
+                             text=True).stdout
+        for line in out.splitlines():
+            where, _, rest = line.rpartition(".o:")
+            name = os.path.basename(where).removesuffix(".c")
+            wing[name] = w
+            fields = rest.split()
+            if len(fields) == 3 and fields[1] in "TDRB":
+                defined[fields[2]] = name
+            elif len(fields) == 2 and fields[0] == "U":
+                used[name].add(fields[1])
+    return defined, used, wing
 
 
 def cycles(edges):
@@ -46,7 +55,9 @@ def cycles(edges):
 
 
 def main():
-    defined, used = symbols(sys.argv[1])
+    root = sys.argv[1]
+    archives = dict(a.split("=", 1) for a in sys.argv[2:])
+    defined, used, wing = symbols(archives)
     edges = collections.defaultdict(set)
     for f, syms in used.items():
         for s in syms:
@@ -54,22 +65,24 @@ def main():
                 edges[f].add(defined[s])
     checks = []
     found = cycles(edges)
-    checks.append(("no circles between the core's files",
+    checks.append(("no circles between rdzvd's files",
                    not found, " ".join(f"{a}->{b}" for a, b in found)))
+    up = sorted(f"{a}({wing[a]})->{b}({wing[b]})" for a in edges for b in edges[a]
+                if ORDER.index(wing[b]) > ORDER.index(wing[a]))
+    checks.append(("each wing calls only the wings below it (%s)" % " < ".join(ORDER),
+                   not up, " ".join(up)))
     io = sorted(f for f, syms in used.items() if syms & JOURNAL_IO and f != "core")
     checks.append(("only core.c writes and syncs the journal", not io, " ".join(io)))
-    core_api = {s for s, f in defined.items() if f == "core"}
-    network = ("shard", "conns", "server")       # the layer above the core
-    inner = sorted(f for f in network
-                   for s in used.get(f, ()) if defined.get(s) not in (None, "core", f)
-                   and defined.get(s) in ("state", "apply", "batch", "handlers", "release",
-                                          "documents", "compact", "journal"))
-    checks.append(("the network layer (shard, conns, server) reaches the core only "
-                   "through core.h", not inner,
-                   " ".join(inner)))
-    up = sorted(f for f in edges if "core" in edges[f] and f not in network)
-    checks.append(("nothing but the network layer calls into core.c", not up, " ".join(up)))
-    checks.append(("the library defines the core", bool(core_api), ""))
+    net = [f for f in wing if wing[f] == "net"]
+    inner = sorted(f"{f}->{b}" for f in net for b in edges.get(f, ())
+                   if b in CORE_INSIDES or wing[b] == "journal")
+    checks.append(("the network wing reaches the core only through core.h and never the "
+                   "journal", not inner, " ".join(inner)))
+    callers = sorted(f for f in edges if "core" in edges[f] and wing[f] != "net")
+    checks.append(("nothing but the network wing calls into core.c", not callers,
+                   " ".join(callers)))
+    checks.append(("the libraries define the core and every wing",
+                   "core" in wing and set(wing.values()) == set(ORDER), ""))
     print(f"1..{len(checks)}")
     for i, (what, ok, detail) in enumerate(checks, 1):
         print(f"{'ok' if ok else 'not ok'} {i} - {what}" + ("" if ok else f": {detail}"))

@@ -1,4 +1,4 @@
-/* rdzvd's HTTP endpoint (rendezvous/http.c) on a loopback port, driven by a
+/* rdzvd's HTTP endpoint (rendezvous/net/http.c) on a loopback port, driven by a
  * plain-socket HTTP/1.0 client against a core fed through core.h's sequence. */
 #include <arpa/inet.h>
 #include "check_run.h"

@@ -1,4 +1,4 @@
-/* Which connections rdzvd's HTTP server keeps (rendezvous/http_slots.c):
+/* Which connections rdzvd's HTTP server keeps (rendezvous/net/http_slots.c):
  * a header has a deadline that trickling cannot move, and past the keep
  * the oldest connection gives its place to a newcomer. */
 #include "check_run.h"

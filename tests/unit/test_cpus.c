@@ -1,4 +1,4 @@
-/* Sizing rdzvd's threads (rendezvous/cpus.c): cgroup CPU limits as
+/* Sizing rdzvd's threads (rendezvous/net/cpus.c): cgroup CPU limits as
  * Kubernetes writes them, and the count never above the affinity mask. */
 #include "check_run.h"
 #include <check.h>

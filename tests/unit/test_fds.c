@@ -1,4 +1,4 @@
-/* rdzvd's watch on its open files (rendezvous/fds.c): near the limit is a
+/* rdzvd's watch on its open files (rendezvous/net/fds.c): near the limit is a
  * count of the open ones, whatever holes closed connections leave among
  * the numbers. Each test runs in a process of its own (libcheck forks), so
  * it may lower its limit. */

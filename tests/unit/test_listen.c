@@ -1,4 +1,4 @@
-/* The listener group behind rdzvd's shards (rendezvous/listen.c): which
+/* The listener group behind rdzvd's shards (rendezvous/net/listen.c): which
  * endpoints it takes, that its listeners share one port, and that a port
  * already held is refused rather than shared. */
 #include "check_run.h"

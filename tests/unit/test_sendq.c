@@ -1,5 +1,5 @@
 /* What rdzvd does with a peer that leaves its replies unread
- * (rendezvous/sendq.c): the rule itself, table-driven, then real libzmq
+ * (rendezvous/net/sendq.c): the rule itself, table-driven, then real libzmq
  * sockets in-process (a ROUTER as rdzvd sets it up, and a DEALER that
  * reads or does not), where a reply counts as unread until the DEALER
  * takes it. */
