@@ -1,14 +1,27 @@
-"""What the Python suites share: failing, skipping and waiting the same way,
-and a real rdzvd on loopback started and stopped the same way. A suite puts
-tests/lib on sys.path and imports what it needs."""
+"""What the Python tests share: one way to report (a TAP line per case as it
+finishes, and the exit status meson's default protocol reads: 0 pass, 77
+skip, 1 fail), to fail, skip and wait, and a real rdzvd on loopback started
+and stopped the same way. Meson puts tests/lib on PYTHONPATH (each
+tests/*/meson.build passes env); a test imports what it needs.
+
+    report = rdzvtest.Report()
+    report.case("name", fn, *args)    # fn passes by returning, skips by Skip
+    report.ok(cond, "name", why)      # or checks reported as they happen
+    sys.exit(report.done())"""
+import argparse
 import os
 import re
 import signal
 import socket
 import subprocess
+import sys
 import time
+import traceback
+import urllib.error
+import urllib.request
 
 WAIT_S = 20
+PASS, FAIL, SKIP = 0, 1, 77        # meson's exit-code protocol
 
 
 class Fail(Exception):
@@ -24,6 +37,123 @@ def check(cond, what):
         raise Fail(what)
 
 
+def note(text):
+    """Lines of text as TAP comments: figures and logs beside the results."""
+    for line in str(text).rstrip().splitlines():
+        print("# " + line, flush=True)
+
+
+class Report:
+    """Each case's result as one TAP line, printed when it is known (a hang
+    still shows how far a run got), and the exit status meson reads. With a
+    plan, the cases never reached count as failed."""
+
+    def __init__(self, plan=None):
+        self.plan, self.n, self.passed, self.failed = plan, 0, 0, 0
+        self.skipped_all = None
+        if plan is not None:
+            print("1..%d" % plan, flush=True)
+
+    def ok(self, cond, name, why=""):
+        """A case passed if cond holds; why explains a failure."""
+        self.n += 1
+        if cond:
+            self.passed += 1
+        else:
+            self.failed += 1
+        print("%sok %d - %s" % ("" if cond else "not ", self.n, name), flush=True)
+        if not cond and why not in ("", None):
+            note(str(why)[:8000])
+        return cond
+
+    def skip(self, name, why):
+        self.n += 1
+        print("ok %d - %s # SKIP %s" % (self.n, name, why), flush=True)
+
+    def note(self, text):
+        note(text)
+
+    def case(self, name, fn, *args):
+        """fn(*args) as the case name: it passes by returning (a string it
+        returns is shown after the name), skips by raising Skip, and fails
+        by raising anything else."""
+        try:
+            got = fn(*args)
+        except Skip as e:
+            self.skip(name, e)
+            return
+        except Exception as e:      # a failing case must not stop the others
+            self.ok(False, name, s_why(e, e.__traceback__.tb_next))
+            return
+        self.ok(True, name + (" (%s)" % got if isinstance(got, str) and got else ""))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, e, tb):
+        """A run whose checks report themselves: an exception ends it as one
+        failed case; Skip skips it all if nothing was reported yet."""
+        if kind is None or not issubclass(kind, Exception):
+            return False
+        if isinstance(e, Skip):
+            if self.n == 0 and self.plan is None:
+                self.skip_all(e)
+            else:
+                note("skipped the rest: %s" % e)
+        else:
+            self.ok(False, str(e) if isinstance(e, Fail) else "%s: %s" % (kind.__name__, e),
+                    "" if isinstance(e, Fail) else s_why(e, tb))
+        return True
+
+    def skip_all(self, why):
+        self.skipped_all = why
+        print("1..0 # SKIP %s" % why, flush=True)
+        return SKIP
+
+    def done(self, why="not reached"):
+        """The exit status: FAIL if any case failed, SKIP if none passed,
+        else PASS."""
+        if self.plan is None and self.skipped_all is None:
+            print("1..%d" % self.n, flush=True)
+        while self.plan is not None and self.n < self.plan:
+            self.ok(False, why)
+        return FAIL if self.failed else SKIP if not self.passed else PASS
+
+
+def s_why(e, tb):
+    """What a failure says: a Fail its message, anything else its traceback
+    from tb on."""
+    if isinstance(e, Fail):
+        return str(e)
+    return "".join(traceback.format_exception(type(e), e, tb))
+
+
+def skip_all(why):
+    """For a test that cannot run here at all: a skip plan, SKIP to exit with."""
+    return Report().skip_all(why)
+
+
+def run(cases, *args):
+    """Runs [(name, fn)] in order, fn(*args) each, one line each; the exit
+    status."""
+    report = Report(len(cases))
+    for name, fn in cases:
+        report.case(name, fn, *args)
+    return report.done()
+
+
+def choose(cases, parser=None):
+    """The command line of a file whose cases meson runs one at a time:
+    `PROG list` prints the names (for meson.build's foreach) and returns
+    None; `PROG CASE [options]` returns parser's options with .case set."""
+    if sys.argv[1:] == ["list"]:
+        print("\n".join(cases))
+        return None
+    parser = parser or argparse.ArgumentParser()
+    parser.add_argument("case", choices=list(cases))
+    return parser.parse_args()
+
+
 def wait_for(pred, what, timeout=WAIT_S, step=0.02):
     """pred()'s first true value, polled every step seconds; Fail after timeout."""
     end = time.monotonic() + timeout
@@ -35,12 +165,38 @@ def wait_for(pred, what, timeout=WAIT_S, step=0.02):
     raise Fail("timed out after %gs waiting for %s" % (timeout, what))
 
 
+def free_ports(n):
+    """n distinct loopback ports free now, for listeners that must be named
+    before they start (rdzvd's --http, etcd's members). All are held while
+    picking, so none repeats; another process may still take one first."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def free_port():
-    """A loopback port free now, for a listener that must be named before it
-    starts (rdzvd's --http, a bind the test counts listeners on)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def http_status(url, token=None, timeout=2):
+    """The HTTP status of GET url (with a bearer token), 0 if nothing answers."""
+    req = urllib.request.Request(url)
+    if token:
+        req.add_header("Authorization", "Bearer " + token)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return 0
 
 
 class Rdzvd:
