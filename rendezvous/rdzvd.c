@@ -5,10 +5,12 @@
 #include "cpus.h"
 #include "fds.h"
 #include "http.h"
+#include "journal_opts.h"
 #include "listen.h"
 #include "server.h"
 #include "rdzv_proto.h"
 #include "rdzv_util.h"
+#include "rdzv_version.h"
 
 #include <czmq.h>
 #include <getopt.h>
@@ -41,7 +43,7 @@ typedef struct {
     int io_threads;
     int shards;                  /* 0: as many as rdzvd picks */
     int listeners;               /* 0: as many as rdzvd picks */
-    rdzv_etcd_config_t etcd;     /* etcd.endpoints NULL: the file journal */
+    rdzv_journal_remote_t journal;   /* a replicated journal's options (journal_opts.h) */
     const char *advertise;
 } s_options_t;
 
@@ -61,25 +63,13 @@ static void s_usage(FILE *out)
         "  --nccl-helper PATH       the rdzv-nccl-root program\n"
         "  --no-nccl                groups get no NCCL ID unless they ask (nccl_id=server)\n"
         "  --no-fsync               do not fsync the journal (benchmarks only)\n"
-        "  --repair                 cut a journal corrupted in the middle at the damage\n"
-        "  --etcd URL[,URL...]      keep the journal in etcd (http[s]://HOST:2379) instead of\n"
-        "                           --state-dir; replicas elect one leader, the others\n"
-        "                           stand by and answer not_leader%s\n"
-        "  --etcd-prefix P          the keys rdzvd writes in etcd (default /rdzv)\n"
-        "  --etcd-ca/--etcd-cert/--etcd-key FILE   TLS to etcd\n"
-        "  --etcd-lease S           the leader's lease: a dead leader is replaced this long\n"
-        "                           after it stopped (default 5)\n"
-        "  --advertise ENDPOINT     the endpoint clients reach this rdzvd at, which a\n"
-        "                           standby names (default: the bound one, with the host\n"
-        "                           name for a wildcard address)\n",
+        "  --repair                 cut a journal corrupted in the middle at the damage\n",
         RDZV_DEFAULT_BIND, RDZV_DEFAULT_PORT_BASE, RDZV_DEFAULT_PORTS_PER_RANK,
-        RDZV_DEFAULT_PORT_LIMIT, RDZV_DEFAULT_MAX_WORLD,
-#ifdef RDZV_HAVE_ETCD
-        ""
-#else
-        " (not in this build: no libcurl)"
-#endif
-        );
+        RDZV_DEFAULT_PORT_LIMIT, RDZV_DEFAULT_MAX_WORLD);
+    rdzv_journal_usage(out);
+    fputs("  --advertise ENDPOINT     the endpoint clients reach this rdzvd at, which a\n"
+        "                           standby names (default: the bound one, with the host\n"
+        "                           name for a wildcard address)\n", out);
     fputs("  --shards N               ROUTER sockets, each in its own thread on its own\n"
         "                           SO_REUSEPORT listener of the port (default: half the\n"
         "                           CPUs, 2 to 8; 1 for endpoints other than tcp://ADDR:PORT)\n"
@@ -172,16 +162,29 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         { "max-member-mib", required_argument, 0, 1007 },
         { "max-waits", required_argument, 0, 'W' }, { "max-rps", required_argument, 0, 'P' },
         { "shards", required_argument, 0, 'S' }, { "listeners", required_argument, 0, 'Q' },
-        { "etcd", required_argument, 0, 1000 }, { "etcd-prefix", required_argument, 0, 1001 },
-        { "etcd-ca", required_argument, 0, 1002 }, { "etcd-cert", required_argument, 0, 1003 },
-        { "etcd-key", required_argument, 0, 1004 }, { "etcd-lease", required_argument, 0, 1005 },
         { "advertise", required_argument, 0, 1006 },
         { 0, 0, 0, 0 },
     };
+    /* rdzvd's options, then the journal's (journal_opts.h). */
+    enum { S_OWN = sizeof longopts / sizeof longopts[0] - 1 };
+    struct option all[S_OWN + 16];
+    memcpy(all, longopts, sizeof longopts);
+    for (int i = 0, n = S_OWN; n < S_OWN + 15; i++, n++)
+        if (!(all[n] = rdzv_journal_options[i]).name)
+            break;
+    all[S_OWN + 15] = (struct option) { 0 };
+    char err[256];
     int c, dead_after = 15, compact_mib = 64, kv_mib = 64, kv_total_mib = 1024, member_mib = 1024;
     int max_ranks = RDZV_DEFAULT_MAX_RANKS, forming_ttl = 3600;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "", all, NULL)) != -1) {
         int rc = 0;
+        if (c >= RDZV_JOURNAL_OPT_FIRST && c <= RDZV_JOURNAL_OPT_LAST) {
+            if (rdzv_journal_opt(&o->journal, c, optarg, err, sizeof err) < 0) {
+                fprintf(stderr, "rdzvd: %s\n", err);
+                return -1;
+            }
+            continue;
+        }
         switch (c) {
         case 'b': {
             /* "host:port" and "host" as well as a ZeroMQ endpoint. */
@@ -243,15 +246,9 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         case 1007: rc = s_int_arg("--max-member-mib", optarg, 1, 1 << 20, &member_mib); break;
         case 'W': rc = s_int_arg("--max-waits", optarg, 1, 1 << 28, &o->cfg.limits.max_waits); break;
         case 'P': rc = s_int_arg("--max-rps", optarg, -1, 1 << 24, &o->cfg.limits.max_rps); break;
-        case 1000: o->etcd.endpoints = optarg; break;
-        case 1001: o->etcd.prefix = optarg; break;
-        case 1002: o->etcd.ca = optarg; break;
-        case 1003: o->etcd.cert = optarg; break;
-        case 1004: o->etcd.key = optarg; break;
-        case 1005: rc = s_int_arg("--etcd-lease", optarg, 2, 3600, &o->etcd.ttl_s); break;
         case 1006: o->advertise = optarg; break;
         case 'h': s_usage(stdout); exit(0);
-        case 'V': printf("rdzvd %s\n", RDZV_VERSION); exit(0);
+        case 'V': printf("rdzvd %s\n", RDZV_VERSION_STRING); exit(0);
         default: s_usage(stderr); return -1;
         }
         if (rc < 0)
@@ -266,17 +263,11 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         fprintf(stderr, "rdzvd: unexpected argument \"%s\" (see --help)\n", argv[optind]);
         return -1;
     }
-    if (o->etcd.prefix && o->etcd.prefix[0] != '/') {
-        fprintf(stderr, "rdzvd: --etcd-prefix must start with '/', not \"%s\"\n", o->etcd.prefix);
+    if (rdzv_journal_opts_done(&o->journal, o->advertise != NULL, &o->cfg.journal_remote,
+                               err, sizeof err) < 0) {
+        fprintf(stderr, "rdzvd: %s\n", err);
         return -1;
     }
-    if (!o->etcd.endpoints && (o->etcd.prefix || o->etcd.ca || o->etcd.cert || o->etcd.key
-                               || o->etcd.ttl_s || o->advertise)) {
-        fprintf(stderr, "rdzvd: --etcd-* and --advertise go with --etcd\n");
-        return -1;
-    }
-    if (o->etcd.endpoints)
-        o->cfg.etcd = &o->etcd;
     o->cfg.dead_after_ms = (int64_t) dead_after * 1000;
     o->cfg.compact_bytes = (uint64_t) compact_mib << 20;
     o->cfg.limits.max_kv_bytes = (uint64_t) kv_mib << 20;
@@ -484,8 +475,9 @@ int main(int argc, char **argv)
     }
     char advertise[RDZV_MAX_NAME + 64];
     s_advertise(&o, rdzv_server_endpoint(server), advertise, sizeof advertise);
-    if (o.cfg.etcd && rdzv_core_campaign(core, advertise, err, sizeof err) < 0) {
-        fprintf(stderr, "rdzvd: etcd: %s\n", err);
+    const rdzv_journal_remote_t *remote = o.cfg.journal_remote;
+    if (remote && rdzv_core_campaign(core, advertise, err, sizeof err) < 0) {
+        fprintf(stderr, "rdzvd: %s: %s\n", rdzv_journal_remote_name(remote), err);
         rdzv_server_destroy(&server);
         rdzv_core_destroy(&core);
         free(token);
@@ -497,8 +489,8 @@ int main(int argc, char **argv)
         rdzv_core_log("http", "port=%d", rdzv_http_port(http));
     rdzv_core_log("start", "version=%s endpoint=%s shards=%d listeners=%d io_threads=%d state=%s "
                   "open_files=%ld max_connections=%ld ports=[%d,%d) per_rank=%d nccl=%s",
-                  RDZV_VERSION, rdzv_server_endpoint(server), shards, listeners, io_threads,
-                  o.cfg.etcd ? "etcd" : o.cfg.state_dir, fds, rdzv_server_max_connections(server),
+                  RDZV_VERSION_STRING, rdzv_server_endpoint(server), shards, listeners, io_threads,
+                  remote ? rdzv_journal_remote_name(remote) : o.cfg.state_dir, fds, rdzv_server_max_connections(server),
                   o.cfg.port_base, o.cfg.port_limit, o.cfg.ports_per_rank,
                   o.cfg.nccl_helper ? o.cfg.nccl_helper : "none");
     /* The log first: whoever waits for the endpoint file (a test, a probe)

@@ -13,7 +13,7 @@ int rdzv_batch_record(rdzv_batch_t *self, cJSON *record)
 {
     if (!record)
         return -1;
-    int rc = rdzv_journal_append(self->journal, record);
+    int rc = rdzv_journal_append(self->journal, record) == 0 ? 0 : -1;
     if (rc == 0)
         rc = rdzv_state_apply(self->state, record);
     cJSON_Delete(record);
@@ -22,7 +22,7 @@ int rdzv_batch_record(rdzv_batch_t *self, cJSON *record)
 
 int rdzv_batch_record_applied(rdzv_batch_t *self, cJSON *record)
 {
-    int rc = record ? rdzv_journal_append(self->journal, record) : -1;
+    int rc = record && rdzv_journal_append(self->journal, record) == 0 ? 0 : -1;
     cJSON_Delete(record);
     return rc;
 }

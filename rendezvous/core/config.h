@@ -5,7 +5,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "etcd_http.h"
+#include "journal.h"
 #include "quota.h"
 
 typedef struct {
@@ -24,7 +24,8 @@ typedef struct {
      * has been heard from for this long is deleted; 0: never. */
     int64_t forming_ttl_ms;
     rdzv_limits_t limits;
-    const rdzv_etcd_config_t *etcd;   /* --etcd: the journal is there; NULL: state_dir */
+    /* A replicated journal (journal_opts.h); NULL: the file in state_dir. */
+    const rdzv_journal_remote_t *journal_remote;
 } rdzv_config_t;
 
 #endif

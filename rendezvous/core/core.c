@@ -93,8 +93,8 @@ rdzv_core_t *rdzv_core_new(const rdzv_config_t *cfg, char *err, size_t errlen)
         rdzv_core_destroy(&self);
         return NULL;
     }
-    self->journal = cfg->etcd ? rdzv_journal_open_etcd(cfg->etcd, err, errlen)
-                              : rdzv_journal_open(cfg->state_dir, cfg->do_fsync, err, errlen);
+    self->journal = rdzv_journal_open_at(cfg->journal_remote, cfg->state_dir, cfg->do_fsync,
+                                         err, errlen);
     if (!self->journal || s_load(self, err, errlen) < 0) {
         rdzv_core_destroy(&self);
         return NULL;
@@ -106,12 +106,15 @@ rdzv_core_t *rdzv_core_new(const rdzv_config_t *cfg, char *err, size_t errlen)
     rdzv_commit_t commit;
     rdzv_core_begin(self, 0);
     int rc = rdzv_core_end(self, &commit);
-    rdzv_core_wait(self, commit.gate);
+    char why[256] = "";
+    if (rc == 0 && rdzv_journal_wait(self->journal, commit.gate, why, sizeof why) < 0)
+        rc = -1;
     for (int t = 0; t < RDZV_MAX_SHARDS; t++)
         free(commit.out[t].v);        /* nobody to answer yet: empty */
     if (rc < 0) {
-        snprintf(err, errlen, "cannot write the journal in %s",
-                 cfg->etcd ? "etcd" : cfg->state_dir);
+        snprintf(err, errlen, "cannot write the journal in %s%s%s",
+                 cfg->journal_remote ? rdzv_journal_remote_name(cfg->journal_remote)
+                                     : cfg->state_dir, *why ? ": " : "", why);
         rdzv_core_destroy(&self);
         return NULL;
     }
@@ -164,13 +167,14 @@ void rdzv_core_begin(rdzv_core_t *self, int64_t now_ms)
  * while its replies are queued and handed out; none leaves before they are
  * durable (shard.c). Small groups queue faster than the sync thread wakes:
  * their records wait for the batch's end. A failed write here is the end's
- * to report (rdzv_journal_take_failure). */
+ * to report: every write fails until the state is reloaded (journal.h). */
 static void s_answer_release(rdzv_core_t *self)
 {
     rdzv_group_t *g = self->batch.releasing.group;
     if (!g)
         return;
-    if (g->world >= S_URGENT_RANKS && rdzv_journal_write(self->journal) == 0)
+    char err[256];
+    if (g->world >= S_URGENT_RANKS && rdzv_journal_write(self->journal, err, sizeof err) == 0)
         rdzv_journal_sync_start(self->journal);
     rdzv_release_answer(&self->batch);
 }
@@ -371,15 +375,13 @@ static void s_reload(rdzv_core_t *self)
  * back to what the file holds. Clients resend their joins. 0 or -1. */
 static int s_write(rdzv_core_t *self)
 {
-    rdzv_journal_write(self->journal);
-    int e = rdzv_journal_take_failure(self->journal);
-    if (!e)
+    char err[256];
+    if (rdzv_journal_write(self->journal, err, sizeof err) == 0)
         return 0;
-    rdzv_core_log("journal", "write failed (%s); refusing this batch and reloading state",
-                  strerror(e));
+    rdzv_core_log("journal", "write failed (%s); refusing this batch and reloading state", err);
     rdzv_batch_refuse_all(&self->batch, "rdzvd could not record the change");
     /* The snapshot in flight was of the state being thrown away. */
-    rdzv_journal_compact_abort(&self->compaction);
+    rdzv_journal_compact_abort(self->journal, &self->compaction);
     s_reload(self);
     return -1;
 }
@@ -466,16 +468,17 @@ int rdzv_core_end(rdzv_core_t *self, rdzv_commit_t *commit)
 
 int rdzv_core_wait(rdzv_core_t *self, uint64_t gate)
 {
-    return rdzv_journal_wait(self->journal, gate);
+    char err[256];
+    return rdzv_journal_wait(self->journal, gate, err, sizeof err) == 0 ? 0 : -1;
 }
 
 void rdzv_core_wait_or_refuse(rdzv_core_t *self, uint64_t gate, rdzv_reply_t *v, size_t n)
 {
-    if (rdzv_core_wait(self, gate) == 0)
+    char err[256];
+    if (rdzv_journal_wait(self->journal, gate, err, sizeof err) == 0)
         return;
     for (size_t i = 0; i < n; i++)
-        rdzv_reply_refuse(&v[i], RDZV_E_UNAVAILABLE, "etcd did not commit this change in "
-                          "time (no quorum?); ask again");
+        rdzv_reply_refuse(&v[i], RDZV_E_UNAVAILABLE, err);
 }
 
 /* The leader's records, on a standby; under the lock like any change. */
@@ -605,9 +608,7 @@ void rdzv_core_stats(rdzv_core_t *self, int64_t now_ms, rdzv_core_stats_t *out)
             out->ranks_live += now_ms - rdzv_member_seen(&self->state, m) < self->cfg.dead_after_ms;
         }
     s_group_stats(groups, out);
-    out->journal_bytes = rdzv_journal_size(self->journal);
-    out->etcd = rdzv_journal_etcd_stats(self->journal, &out->etcd_stats);
-    rdzv_journal_sync_latency(self->journal, &out->fsync);
+    rdzv_journal_stats(self->journal, &out->journal);
     pthread_mutex_unlock(&self->lock);
     for (int i = 0; i < RDZV_DROP_REASONS; i++)
         out->replies_dropped[i] = atomic_load(&self->replies_dropped[i]);

@@ -76,17 +76,19 @@ typedef struct {
  * file. 0 or -1. */
 int rdzv_core_end(rdzv_core_t *self, rdzv_commit_t *commit);
 /* Waits until what gate names is durable (any thread, no lock). 0, or -1
- * when the journal (etcd) could not commit it in time: the replies must
+ * when a replicated journal could not commit it in time: the replies must
  * not leave as they are. */
 int rdzv_core_wait(rdzv_core_t *self, uint64_t gate);
 /* The same, and on -1 each of the n replies becomes an "unavailable"
  * error (its change may still be committed later: a retry finds it). */
 void rdzv_core_wait_or_refuse(rdzv_core_t *self, uint64_t gate, rdzv_reply_t *v, size_t n);
 
-/* With --etcd: stands by and campaigns to lead, as advertise (the endpoint
- * a standby names to clients). Nothing to do for a file journal. 0 or -1. */
+/* With a replicated journal: stands by and campaigns to lead, as advertise
+ * (the endpoint a standby names to clients). Nothing to do for a file
+ * journal. 0 or -1. */
 int rdzv_core_campaign(rdzv_core_t *self, const char *advertise, char *err, size_t errlen);
-/* Whether this rdzvd serves requests: it leads (always, without --etcd). */
+/* Whether this rdzvd serves requests: it leads (always, with a file
+ * journal). */
 bool rdzv_core_leading(rdzv_core_t *self);
 
 /* Replies a shard did not send as made, by why (sendq.h): the peer reads
@@ -132,16 +134,14 @@ typedef struct {
 /* What /metrics shows. Takes the lock. */
 typedef struct {
     rdzv_metrics_t metrics;
-    unsigned long long groups, ranks_joined, ranks_live, journal_bytes;
+    unsigned long long groups, ranks_joined, ranks_live;
     unsigned long long replies_dropped[RDZV_DROP_REASONS];
     unsigned long long fds_limit, fds_short;
     unsigned long long connections, connection_cap, peers_dropped[RDZV_PEER_DROP_REASONS];
     rdzv_group_stat_t group[RDZV_METRICS_GROUPS];
     size_t ngroup;
     unsigned long long groups_omitted;
-    rdzv_histogram_t fsync;      /* or etcd's commits, with etcd */
-    bool etcd;
-    rdzv_journal_etcd_stats_t etcd_stats;
+    rdzv_journal_stats_t journal;
 } rdzv_core_stats_t;
 void rdzv_core_stats(rdzv_core_t *self, int64_t now_ms, rdzv_core_stats_t *out);
 /* The status objects of every group, or of the one named (an empty array if

@@ -1,7 +1,7 @@
 /* Compaction off the core's lock (journal.h): the snapshot is written and
  * synced by a thread; only the records appended meanwhile are copied under
  * the lock. A 128 MiB state used to keep every request waiting 1.1 s. */
-#include "journal_private.h"
+#include "journal_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-struct rdzv_compaction {
+typedef struct {
     pthread_t thread;
     int fd;                      /* the temporary file */
     char tmp[4096];
@@ -21,17 +21,16 @@ struct rdzv_compaction {
     size_t len;
     uint64_t cut;                /* the journal file's size when the snapshot was taken */
     uint64_t copied;             /* the journal file's bytes on the snapshot so far */
-    rdzv_journal_t *journal;     /* its fd and published size, read by the thread */
+    rdzv_journal_file_t *journal;    /* its fd and published size, read by the thread */
     int old_fd;
     atomic_bool done;
     bool ok;
     int (*sync_fn)(int fd);
     void (*release)(void *);     /* once the records are framed */
     void *release_arg;
-    rdzv_etcdj_compaction_t *etcd;   /* an etcd journal's: the rest is unused */
-};
+} s_compaction_t;
 
-static void s_release(rdzv_compaction_t *c)
+static void s_release(s_compaction_t *c)
 {
     cJSON_Delete(c->records);
     c->records = NULL;
@@ -40,16 +39,16 @@ static void s_release(rdzv_compaction_t *c)
     c->release = NULL;
 }
 
-static int s_copy_tail(rdzv_compaction_t *c, int from, uint64_t upto);
+static int s_copy_tail(s_compaction_t *c, int from, uint64_t upto);
 
 static void *s_write_snapshot(void *arg)
 {
-    rdzv_compaction_t *c = arg;
-    rdzv_journal_t scratch = { .fd = -1 };   /* a buffer only: no syncer */
+    s_compaction_t *c = arg;
+    rdzv_journal_buf_t scratch = { 0 };
     const cJSON *rec;
     bool framed = true;
     cJSON_ArrayForEach(rec, c->records)
-        framed = framed && rdzv_journal_append(&scratch, rec) == 0;
+        framed = framed && rdzv_journal_buf_append(&scratch, rec) == 0;
     s_release(c);
     c->buf = scratch.buf;
     c->len = scratch.len;
@@ -64,7 +63,7 @@ static void *s_write_snapshot(void *arg)
     return NULL;
 }
 
-static void s_free(rdzv_compaction_t *c)
+static void s_free(s_compaction_t *c)
 {
     if (c->fd >= 0)
         close(c->fd);
@@ -74,24 +73,11 @@ static void s_free(rdzv_compaction_t *c)
     free(c);
 }
 
-rdzv_compaction_t *rdzv_journal_compact_start(rdzv_journal_t *self, cJSON *records,
-                                              void (*release)(void *), void *arg)
+void *rdzv_journal_file_compact_start(void *impl, cJSON *records, void (*release)(void *),
+                                      void *arg)
 {
-    if (self->etcd) {
-        rdzv_compaction_t *e = calloc(1, sizeof *e);
-        if (e && (e->etcd = rdzv_etcdj_compact_start(self->etcd, records, release, arg))) {
-            e->journal = self;
-            return e;
-        }
-        if (!e) {
-            cJSON_Delete(records);
-            if (release)
-                release(arg);
-        }
-        free(e);
-        return NULL;
-    }
-    rdzv_compaction_t *c = self->len == 0 ? calloc(1, sizeof *c) : NULL;
+    rdzv_journal_file_t *self = impl;
+    s_compaction_t *c = self->queued.len == 0 ? calloc(1, sizeof *c) : NULL;
     if (!c) {
         cJSON_Delete(records);
         if (release)
@@ -117,7 +103,7 @@ rdzv_compaction_t *rdzv_journal_compact_start(rdzv_journal_t *self, cJSON *recor
 
 /* The journal file's bytes [c->copied, upto), records appended since the
  * snapshot, onto it. Bytes below the file's published size never change. */
-static int s_copy_tail(rdzv_compaction_t *c, int from, uint64_t upto)
+static int s_copy_tail(s_compaction_t *c, int from, uint64_t upto)
 {
     char buf[1 << 16];
     while (c->copied < upto) {
@@ -153,27 +139,20 @@ static void s_close_later(int fd)
     pthread_attr_destroy(&attr);
 }
 
-int rdzv_journal_compact_finish(rdzv_journal_t *self, rdzv_compaction_t **c_p, bool wait)
+int rdzv_journal_file_compact_finish(void *impl, void **c_p, bool wait)
 {
-    rdzv_compaction_t *c = *c_p;
-    if (c->etcd) {
-        int rc = rdzv_etcdj_compact_finish(self->etcd, &c->etcd, wait);
-        if (rc == 0)
-            return 0;
-        free(c);
-        *c_p = NULL;
-        return rc;
-    }
+    rdzv_journal_file_t *self = impl;
+    s_compaction_t *c = *c_p;
     if (!wait && !atomic_load(&c->done))
         return 0;
     pthread_join(c->thread, NULL);
     *c_p = NULL;
-    if (self->len > 0 || !c->ok) {
+    if (self->queued.len > 0 || !c->ok) {
         s_free(c);
         return -1;
     }
     /* Everything the old file holds is durable before it is replaced. */
-    rdzv_syncer_wait(self->syncer, rdzv_journal_written(self));
+    rdzv_syncer_wait(self->syncer, rdzv_journal_file_written(self));
     uint64_t tail = self->size - c->cut;
     char path[4096];
     snprintf(path, sizeof path, "%s/journal", self->dir);
@@ -184,37 +163,23 @@ int rdzv_journal_compact_finish(rdzv_journal_t *self, rdzv_compaction_t **c_p, b
     }
     rdzv_journal_fsync_dir(self->dir);
     /* The new file is durable; the old fd closes once the syncer has let
-     * go of it. Logical offsets go on growing (journal_private.h). */
+     * go of it. Logical offsets go on growing (journal_file.h). */
     int old = self->fd;
     self->fd = c->fd;
     self->base += self->size;
     self->size = c->len + tail;
-    rdzv_syncer_reset(self->syncer, self->fd, rdzv_journal_written(self));
+    rdzv_syncer_reset(self->syncer, self->fd, rdzv_journal_file_written(self));
     s_close_later(old);
     c->fd = -1;
     free(c);
     return 1;
 }
 
-void rdzv_journal_compact_abort(rdzv_compaction_t **c_p)
+void rdzv_journal_file_compact_abort(void *impl, void **c_p)
 {
-    if (!c_p || !*c_p)
-        return;
-    if ((*c_p)->etcd) {
-        /* Its pieces are in etcd already: let it finish; the head it moves
-         * covers only records etcd holds. */
-        rdzv_etcdj_compact_finish((*c_p)->journal->etcd, &(*c_p)->etcd, true);
-        free(*c_p);
-        *c_p = NULL;
-        return;
-    }
-    pthread_join((*c_p)->thread, NULL);
-    s_free(*c_p);
+    (void) impl;
+    s_compaction_t *c = *c_p;
+    pthread_join(c->thread, NULL);
+    s_free(c);
     *c_p = NULL;
-}
-
-int rdzv_journal_compact(rdzv_journal_t *self, cJSON *records)
-{
-    rdzv_compaction_t *c = rdzv_journal_compact_start(self, records, NULL, NULL);
-    return c && rdzv_journal_compact_finish(self, &c, true) == 1 ? 0 : -1;
 }

@@ -7,6 +7,7 @@
 
 #include "rdzv_proto.h"
 #include "rdzv_util.h"
+#include "rdzv_version.h"
 #include "sendq.h"
 
 #include <arpa/inet.h>
@@ -21,9 +22,6 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#ifndef RDZV_VERSION
-#define RDZV_VERSION "unknown"
-#endif
 
 #define S_CONNECTION_TIMEOUT_S 10
 /* A loop that has held the lock this long, or a journal sync that has run
@@ -205,32 +203,22 @@ static void s_group_metrics(const rdzv_core_stats_t *st, FILE *f)
              " by name, which have no rdzv_group_* samples.", st->groups_omitted);
 }
 
-/* The journal in etcd: its space (etcd refuses writes past its quota, 2 GiB
- * unless --quota-backend-bytes says otherwise) and its commits. */
-static void s_etcd_metrics(const rdzv_core_stats_t *st, FILE *f)
+/* The journal's size, its syncs, and whatever its backend counts, by the
+ * names the backend gives them (journal.h). */
+static void s_journal_metrics(const rdzv_journal_stats_t *j, FILE *f)
 {
-    const rdzv_journal_etcd_stats_t *e = &st->etcd_stats;
-    s_metric(f, "rdzv_etcd_leader", "gauge", "1 while this rdzvd leads, 0 while it stands by.",
-             e->leading);
-    s_metric(f, "rdzv_etcd_db_bytes", "gauge", "Size of etcd's database, as the member "
-             "rdzvd talks to reports it.", e->db_bytes);
-    s_metric(f, "rdzv_etcd_quota_bytes", "gauge", "etcd's default space quota.",
-             e->db_quota_bytes);
-    s_metric(f, "rdzv_journal_bytes", "gauge", "Bytes of the snapshot and the log values after "
-             "it in etcd.", e->log_bytes);
-    s_metric(f, "rdzv_etcd_applied_seq", "gauge", "The last log value replayed, followed or put.",
-             e->applied_seq);
-    s_metric(f, "rdzv_etcd_unavailable_total", "counter", "Batches of replies refused as "
-             "unavailable: etcd did not commit in time.", e->unavailable);
-    s_histogram(f, "rdzv_etcd_commit_seconds", "Seconds one etcd transaction of the journal took.",
-                &st->fsync);
+    for (size_t i = 0; i < j->ngauge; i++)
+        s_metric(f, j->gauge[i].name, j->gauge[i].type, j->gauge[i].help,
+                 j->gauge[i].value);
+    s_metric(f, "rdzv_journal_bytes", "gauge", j->bytes_help, j->bytes);
+    s_histogram(f, j->sync_name, j->sync_help, &j->sync);
 }
 
 static void s_render_metrics(const rdzv_core_stats_t *st, FILE *f)
 {
     const rdzv_metrics_t *m = &st->metrics;
     fprintf(f, "# HELP rdzv_build_info rdzvd's version.\n# TYPE rdzv_build_info gauge\n"
-            "rdzv_build_info{version=\"%s\"} 1\n", RDZV_VERSION);
+            "rdzv_build_info{version=\"%s\"} 1\n", RDZV_VERSION_STRING);
     s_metric(f, "rdzv_groups", "gauge", "Groups rdzvd knows.", st->groups);
     s_metric(f, "rdzv_ranks_joined", "gauge", "Ranks that joined their group's current epoch.",
              st->ranks_joined);
@@ -286,14 +274,7 @@ static void s_render_metrics(const rdzv_core_stats_t *st, FILE *f)
     s_group_metrics(st, f);
     s_histogram(f, "rdzv_join_to_assignment_seconds",
                 "Seconds from a rank's join to its assignment.", &m->join_latency);
-    if (st->etcd) {
-        s_etcd_metrics(st, f);
-        return;
-    }
-    s_metric(f, "rdzv_journal_bytes", "gauge", "Bytes in the journal file.",
-             st->journal_bytes);
-    s_histogram(f, "rdzv_journal_fsync_seconds", "Seconds one journal fdatasync took.",
-                &st->fsync);
+    s_journal_metrics(&st->journal, f);
 }
 
 static enum MHD_Result s_handle_metrics(struct MHD_Connection *conn, rdzv_core_t *core)
@@ -398,7 +379,7 @@ static enum MHD_Result s_route(struct MHD_Connection *conn, rdzv_http_t *self, c
     if (strcmp(url, "/readyz") == 0)
         return !core ? s_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "replaying the journal\n")
                : !rdzv_core_leading(core)
-               ? s_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "standing by (etcd elects another leader)\n")
+               ? s_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "standing by (another replica leads)\n")
                : s_text(conn, MHD_HTTP_OK, "ready\n");
     if (!s_bearer_ok(self, conn))
         return s_json(conn, MHD_HTTP_UNAUTHORIZED,

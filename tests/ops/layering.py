@@ -8,12 +8,14 @@ TAP checks: the files call each other without circles; each wing calls
 only the wings below it (base < journal < core < net); only core.c writes
 or syncs the journal; the network wing reaches the core only through
 core.h and never touches the journal; nothing below it calls up into
-core.c."""
+core.c; nothing outside the journal's wing names etcd."""
 import collections
 import os
 import re
 import subprocess
 import sys
+
+import rdzvtest
 
 ORDER = ["base", "journal", "core", "net"]
 JOURNAL_IO = {"rdzv_journal_write", "rdzv_journal_sync_start", "rdzv_journal_wait",
@@ -54,6 +56,22 @@ def cycles(edges):
     return sorted((a, b) for a in edges for b in edges[a] if a in reach(b))
 
 
+def naming_etcd(root):
+    """Files of rdzvd outside rendezvous/journal/ whose text says etcd."""
+    found = []
+    base = os.path.join(root, "rendezvous")
+    for d, _, files in os.walk(base):
+        if os.path.relpath(d, base).split(os.sep)[0] == "journal":
+            continue
+        for f in files:
+            if f.endswith((".c", ".h")):
+                path = os.path.join(d, f)
+                with open(path, encoding="utf-8") as fh:
+                    if re.search("etcd", fh.read(), re.I):
+                        found.append(os.path.relpath(path, root))
+    return sorted(found)
+
+
 def main():
     root = sys.argv[1]
     archives = dict(a.split("=", 1) for a in sys.argv[2:])
@@ -81,12 +99,18 @@ def main():
     callers = sorted(f for f in edges if "core" in edges[f] and wing[f] != "net")
     checks.append(("nothing but the network wing calls into core.c", not callers,
                    " ".join(callers)))
+    etcd = naming_etcd(root)
+    checks.append(("nothing outside the journal's wing names etcd", not etcd, " ".join(etcd)))
+    etcd_syms = sorted(f"{f}:{s}" for f, syms in used.items() if wing[f] != "journal"
+                       for s in syms if "etcd" in s)
+    checks.append(("no object outside the journal's wing uses an etcd symbol", not etcd_syms,
+                   " ".join(etcd_syms)))
     checks.append(("the libraries define the core and every wing",
                    "core" in wing and set(wing.values()) == set(ORDER), ""))
-    print(f"1..{len(checks)}")
-    for i, (what, ok, detail) in enumerate(checks, 1):
-        print(f"{'ok' if ok else 'not ok'} {i} - {what}" + ("" if ok else f": {detail}"))
-    return 0 if all(ok for _, ok, _ in checks) else 1
+    report = rdzvtest.Report(len(checks))
+    for what, ok, detail in checks:
+        report.ok(ok, what, detail)
+    return report.done()
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ static void s_write_records(int n)
         ck_assert_int_eq(rdzv_journal_append(j, rec), 0);
         cJSON_Delete(rec);
     }
-    ck_assert_int_eq(rdzv_journal_flush(j), 0);
+    ck_assert_int_eq(rdzv_journal_flush(j, err, sizeof err), 0);
     rdzv_journal_destroy(&j);
 }
 
@@ -198,8 +198,7 @@ START_TEST(test_sync_runs_beside_the_writer)
     atomic_store(&held_sync_done, 0);
     rdzv_journal_set_sync_fn(j, held_sync);
     s_append_one(j, 0);
-    ck_assert_int_eq(rdzv_journal_write(j), 0);
-    ck_assert_int_eq(rdzv_journal_take_failure(j), 0);
+    ck_assert_int_eq(rdzv_journal_write(j, err, sizeof err), 0);
     uint64_t first = rdzv_journal_written(j);
     ck_assert_int_gt(first, 0);
     rdzv_journal_sync_start(j);                  /* returns with the sync held up */
@@ -207,18 +206,19 @@ START_TEST(test_sync_runs_beside_the_writer)
     ck_assert_double_gt(rdzv_journal_sync_busy_s(j), 0);
     ck_assert_int_eq(atomic_load(&held_sync_done), 0);
     s_append_one(j, 1);                          /* written during the sync */
-    ck_assert_int_eq(rdzv_journal_write(j), 0);
+    ck_assert_int_eq(rdzv_journal_write(j, err, sizeof err), 0);
     uint64_t second = rdzv_journal_written(j);
     ck_assert_int_gt(second, first);
     atomic_store(&held_sync_hold, 0);
-    rdzv_journal_wait(j, first);
+    rdzv_journal_wait(j, first, err, sizeof err);
     ck_assert_int_ge(atomic_load(&held_sync_done), 1);
-    rdzv_journal_wait(j, second);                /* needs a sync that began after it */
+    rdzv_journal_wait(j, second, err, sizeof err);                /* needs a sync that began after it */
     ck_assert_int_eq(atomic_load(&held_sync_done), 2);
     ck_assert_double_eq(rdzv_journal_sync_busy_s(j), 0);
-    rdzv_histogram_t h;
-    rdzv_journal_sync_latency(j, &h);
-    ck_assert_int_eq(h.count, 2);
+    rdzv_journal_stats_t st;
+    rdzv_journal_stats(j, &st);
+    ck_assert_int_eq(st.sync.count, 2);
+    ck_assert_str_eq(st.sync_name, "rdzv_journal_fsync_seconds");
     rdzv_journal_destroy(&j);
     int seen = 0;
     size_t torn = 0;
@@ -244,7 +244,7 @@ START_TEST(test_compaction_keeps_gates_and_syncs)
     rdzv_journal_set_sync_fn(j, held_sync);
     for (int i = 0; i < 50; i++)
         s_append_one(j, i);
-    ck_assert_int_eq(rdzv_journal_flush(j), 0);
+    ck_assert_int_eq(rdzv_journal_flush(j, err, sizeof err), 0);
     uint64_t before = rdzv_journal_written(j);
     ck_assert_int_eq(atomic_load(&held_sync_done), 1);
 
@@ -257,13 +257,13 @@ START_TEST(test_compaction_keeps_gates_and_syncs)
     ck_assert_int_eq(atomic_load(&held_sync_done), 2);
     ck_assert_uint_lt(rdzv_journal_size(j), before);          /* the file shrank */
     ck_assert_uint_ge(rdzv_journal_written(j), before);       /* offsets did not */
-    rdzv_journal_wait(j, before);                             /* met, no sync */
+    rdzv_journal_wait(j, before, err, sizeof err);                             /* met, no sync */
     ck_assert_int_eq(atomic_load(&held_sync_done), 2);
 
     s_append_one(j, 1);
-    ck_assert_int_eq(rdzv_journal_write(j), 0);
+    ck_assert_int_eq(rdzv_journal_write(j, err, sizeof err), 0);
     rdzv_journal_sync_start(j);
-    rdzv_journal_wait(j, rdzv_journal_written(j));
+    rdzv_journal_wait(j, rdzv_journal_written(j), err, sizeof err);
     ck_assert_int_eq(atomic_load(&held_sync_done), 3);     /* the new file's fd is synced */
     rdzv_journal_destroy(&j);
     int seen = 0;
@@ -287,7 +287,7 @@ START_TEST(test_failed_sync_exits)
     ck_assert_ptr_nonnull(j);
     rdzv_journal_set_sync_fn(j, s_failing_sync);
     s_append_one(j, 0);
-    rdzv_journal_flush(j);
+    rdzv_journal_flush(j, err, sizeof err);
     ck_abort_msg("flush returned after a failed fdatasync");
 }
 END_TEST

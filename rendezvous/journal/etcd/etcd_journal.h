@@ -1,8 +1,8 @@
 /* The journal in etcd (rdzvd --etcd): the records of a batch are one value
  * under PREFIX/log/SEQ, put by a transaction that holds only while this
  * rdzvd leads etcd's election; replicas that do not lead follow the log by
- * watch and answer no request. journal.c calls these for a journal opened
- * with rdzv_journal_open_etcd; the layout of the keys is in
+ * watch and answer no request. etcd_backend.c puts these behind the
+ * journal's interface (journal_backend.h); the layout of the keys is in
  * docs/deployment.md.
  *
  * Threads: the committer (the role thread once it leads) puts the queued
@@ -60,6 +60,14 @@ bool rdzv_etcdj_leading(const rdzv_etcdj_t *self);
 /* The leader's advertised endpoint as last read ("" when none is known). */
 void rdzv_etcdj_leader(rdzv_etcdj_t *self, char *buf, size_t len);
 
+typedef struct {
+    bool leading;
+    uint64_t db_bytes;           /* etcd's database, as its member reports it */
+    uint64_t db_quota_bytes;     /* what etcd refuses writes past, by default */
+    uint64_t log_bytes;          /* rdzv_etcdj_size */
+    uint64_t applied_seq;        /* the last log value replayed, followed or put */
+    uint64_t unavailable;        /* waits that ran out */
+} rdzv_journal_etcd_stats_t;
 void rdzv_etcdj_stats(rdzv_etcdj_t *self, rdzv_journal_etcd_stats_t *out);
 
 #endif
