@@ -20,11 +20,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rdzv_version.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define RDZV_VERSION_STRING "0.1.0"
 
 typedef enum {
     RDZV_OK = 0,
