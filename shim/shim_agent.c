@@ -2,13 +2,12 @@
 #include "rdzv_proto.h"
 #include "shim_rules.h"
 #include "shim_syms.h"
+#include "shim_wire.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +44,6 @@ typedef enum { S_UNKNOWN = 0, S_CONNECTED, S_OFF, S_CLOSED, S_LOST } s_state_t;
 #define S_RETRY_MS 50
 #define S_REPLY_MIN_MS 100
 #define S_BACKLOG_RETRY_US 1000
-#define S_SPIN_NS 200000L
 #define S_DENTS_BYTES 4096
 
 typedef struct {
@@ -231,81 +229,12 @@ static int s_budget_ms(int64_t deadline)
     return left > RDZV_AGENT_REPLY_TIMEOUT_MS ? RDZV_AGENT_REPLY_TIMEOUT_MS : (int) left;
 }
 
-/* Waits up to ms for events on s_fd; false on timeout or error. */
-static bool s_poll(short events, int ms)
-{
-    struct pollfd pfd = { .fd = s_fd, .events = events };
-    int rc;
-    do
-        rc = poll(&pfd, 1, ms);
-    while (rc < 0 && errno == EINTR);
-    return rc > 0;
-}
-
-static ssize_t s_send(const rdzv_agent_msg_t *req, int ms)
-{
-    ssize_t n;
-    for (;;) {
-        n = send(s_fd, req, sizeof *req, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n >= 0 || (errno != EINTR && errno != EAGAIN))
-            return n;
-        if (errno == EAGAIN && !s_poll(POLLOUT, ms))
-            return -1;
-    }
-}
-
-/* The socket is non-blocking; the agent answers in tens of microseconds,
- * so spinning for that long saves this thread a sleep and a wake-up,
- * which is most of a probe's tail. Then poll, for up to ms in all. */
-static ssize_t s_recv(struct msghdr *mh, int ms)
-{
-    struct timespec t0, t;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (;;) {
-        ssize_t n = recvmsg(s_fd, mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-        if (n >= 0 || (errno != EAGAIN && errno != EINTR))
-            return n;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        long ns = (t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec);
-        if (ns <= S_SPIN_NS) {
-            sched_yield();
-            continue;
-        }
-        int left = ms - (int) (ns / 1000000L);
-        if (left <= 0 || !s_poll(POLLIN, left))
-            return -1;
-    }
-}
-
 /* One request and its reply, waiting at most until deadline (within the
  * bounds of s_budget_ms). */
 static int s_exchange(const rdzv_agent_msg_t *req, rdzv_agent_msg_t *rep, int *fd_out,
                       int64_t deadline)
 {
-    int ms = s_budget_ms(deadline);
-    *fd_out = -1;
-    if (s_send(req, ms) != (ssize_t) sizeof *req)
-        return -1;
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } ctl;
-    struct iovec iov = { .iov_base = rep, .iov_len = sizeof *rep };
-    struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
-                         .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf };
-    ssize_t n = s_recv(&mh, ms);
-    struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
-    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS
-        && c->cmsg_len == CMSG_LEN(sizeof(int)))
-        memcpy(fd_out, CMSG_DATA(c), sizeof(int));
-    if (n != (ssize_t) sizeof *rep || rep->magic != RDZV_AGENT_MAGIC || rep->op != req->op
-        || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
-        if (*fd_out >= 0)
-            rdzv_shim_real()->close(*fd_out);
-        *fd_out = -1;
-        return -1;
-    }
-    return 0;
+    return rdzv_shim_wire_exchange(s_fd, req, rep, fd_out, s_budget_ms(deadline));
 }
 
 /* A connection that an agent that is stopped, not gone, would accept
