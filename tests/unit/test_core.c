@@ -4,7 +4,6 @@
 #include "check_run.h"
 #include <check.h>
 #include <malloc.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,145 +11,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core_drive.h"
-#include "core_state.h"   /* white-box: reads the core's state */
-#include "rdzv_proto.h"
-
-static char dir[64];
-static rdzv_core_t *core;
-static int64_t now;
-/* A stand-in for rdzv-nccl-root when a test sets it: server-made IDs then. */
-static char helper[128];
-
-static rdzv_config_t s_config(void)
-{
-    return (rdzv_config_t) { .port_base = 19500, .ports_per_rank = 32, .port_limit = 19500 + 8 * 32,
-                             .max_world = 1024, .dead_after_ms = 15000, .do_fsync = false,
-                             .state_dir = dir, .nccl_default = *helper != '\0',
-                             .nccl_helper = *helper ? helper : NULL, .nccl_root_timeout_s = 60 };
-}
-
-static void s_open(void)
-{
-    char err[256];
-    rdzv_config_t cfg = s_config();
-    core = rdzv_core_new(&cfg, err, sizeof err);
-    ck_assert_msg(core != NULL, "%s", err);
-}
-
-/* Replaces core by one with cfg, over the same state directory. */
-static void s_reopen_cfg(rdzv_config_t cfg)
-{
-    rdzv_core_destroy(&core);
-    char err[256];
-    core = rdzv_core_new(&cfg, err, sizeof err);
-    ck_assert_msg(core != NULL, "%s", err);
-}
-
-/* The same with these limits. */
-static void s_reopen_with(rdzv_limits_t limits)
-{
-    rdzv_config_t cfg = s_config();
-    cfg.limits = limits;
-    s_reopen_cfg(cfg);
-}
-
-static void setup(void)
-{
-    strcpy(dir, "/tmp/rdzv-core-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(dir));
-    now = 1000;
-    s_open();
-}
-
-static void teardown(void)
-{
-    rdzv_core_destroy(&core);
-    *helper = '\0';
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
-}
-
-/* Replies of one batch, by peer number. */
-static cJSON *replies[64];
-
-static void s_clear_replies(void)
-{
-    for (int i = 0; i < 64; i++) {
-        cJSON_Delete(replies[i]);
-        replies[i] = NULL;
-    }
-}
-
-static void s_collect(void)
-{
-    size_t n = 0;
-    rdzv_reply_t *out = NULL;
-    ck_assert_int_eq(drive_commit(core, now, &out, &n), 0);
-    for (size_t i = 0; i < n; i++) {
-        int who = out[i].peer.id[0];
-        cJSON_Delete(replies[who]);
-        replies[who] = cJSON_Parse(out[i].text);
-        rdzv_reply_clear(&out[i]);
-    }
-    free(out);
-}
-
-static void s_send(int who, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void s_send(int who, const char *fmt, ...)
-{
-    char frame[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(frame, sizeof frame, fmt, ap);
-    va_end(ap);
-    rdzv_peer_t peer = { .len = 1 };
-    peer.id[0] = (unsigned char) who;
-    drive_request(core, &peer, frame, strlen(frame), now);
-    s_collect();
-}
-
-static void s_join(int who, const char *group, int world, int rank, const char *node,
-                   const char *session)
-{
-    s_send(who, "{\"v\":1,\"id\":%d,\"op\":\"join\",\"group\":\"%s\",\"world\":%d,\"rank\":%d,"
-           "\"host\":\"10.0.0.%d\",\"node\":\"%s\",\"session\":\"%s\",\"timeout_ms\":5000}",
-           who, group, world, rank, rank, node, session);
-}
-
-static const cJSON *s_assignment(int who)
-{
-    ck_assert_msg(replies[who] != NULL, "peer %d got no reply", who);
-    const cJSON *a = cJSON_GetObjectItem(replies[who], "assignment");
-    ck_assert_msg(a != NULL, "peer %d got %s", who, cJSON_PrintUnformatted(replies[who]));
-    return a;
-}
-
-static int s_field(const cJSON *a, const char *name)
-{
-    return (int) cJSON_GetObjectItem(a, name)->valuedouble;
-}
-
-static const char *s_error(int who)
-{
-    ck_assert_msg(replies[who] != NULL, "peer %d got no reply", who);
-    const cJSON *e = cJSON_GetObjectItem(replies[who], "error");
-    return e ? cJSON_GetObjectItem(e, "code")->valuestring : "(none)";
-}
+#include "core_fixture.h"
 
 START_TEST(test_barrier_and_assignment)
 {
     for (int r = 0; r < 3; r++) {
-        s_join(r, "g", 4, r, "pod", "s");
+        fx_join(r, "g", 4, r, "pod", "s");
         ck_assert_ptr_null(replies[r]);       /* held until all have joined */
     }
-    s_join(3, "g", 4, 3, "pod", "s");
+    fx_join(3, "g", 4, 3, "pod", "s");
     for (int r = 0; r < 4; r++) {
-        const cJSON *a = s_assignment(r);
-        ck_assert_int_eq(s_field(a, "rank"), r);
-        ck_assert_int_eq(s_field(a, "epoch"), 1);
-        ck_assert_int_eq(s_field(a, "master_port"), 19500);
+        const cJSON *a = fx_assignment(r);
+        ck_assert_int_eq(fx_field(a, "rank"), r);
+        ck_assert_int_eq(fx_field(a, "epoch"), 1);
+        ck_assert_int_eq(fx_field(a, "master_port"), 19500);
         ck_assert_str_eq(cJSON_GetObjectItem(a, "master_addr")->valuestring, "10.0.0.0");
         const cJSON *ports = cJSON_GetObjectItem(a, "ports");
         ck_assert_int_eq(cJSON_GetArraySize(ports), 32);
@@ -158,7 +32,7 @@ START_TEST(test_barrier_and_assignment)
         ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(a, "members")), 4);
         ck_assert(cJSON_IsNull(cJSON_GetObjectItem(a, "nccl_unique_id")));
     }
-    s_clear_replies();
+    fx_clear_replies();
 }
 END_TEST
 
@@ -170,20 +44,20 @@ START_TEST(test_local_ranks)
     static const int want_rank[] = { 0, 0, 1, 2 }, want_world[] = { 3, 1, 3, 3 };
     static const int want_group[] = { 0, 1, 0, 0 };
     for (int r = 0; r < 4; r++)
-        s_join(r, "g", 4, r, nodes[r], r == 1 ? "b" : "s");
+        fx_join(r, "g", 4, r, nodes[r], r == 1 ? "b" : "s");
     for (int pass = 0; pass < 2; pass++) {
         for (int r = 0; r < 4; r++) {
-            const cJSON *a = s_assignment(r);
-            ck_assert_int_eq(s_field(a, "local_rank"), want_rank[r]);
-            ck_assert_int_eq(s_field(a, "local_world"), want_world[r]);
-            ck_assert_int_eq(s_field(a, "group_rank"), want_group[r]);
-            ck_assert_int_eq(s_field(a, "group_world"), 2);
+            const cJSON *a = fx_assignment(r);
+            ck_assert_int_eq(fx_field(a, "local_rank"), want_rank[r]);
+            ck_assert_int_eq(fx_field(a, "local_world"), want_world[r]);
+            ck_assert_int_eq(fx_field(a, "group_rank"), want_group[r]);
+            ck_assert_int_eq(fx_field(a, "group_world"), 2);
         }
-        s_clear_replies();
+        fx_clear_replies();
         for (int r = 0; r < 4; r++)          /* resumes: the same answers */
-            s_join(r, "g", 4, r, nodes[r], r == 1 ? "b" : "s");
+            fx_join(r, "g", 4, r, nodes[r], r == 1 ? "b" : "s");
     }
-    s_clear_replies();
+    fx_clear_replies();
 }
 END_TEST
 
@@ -193,30 +67,30 @@ END_TEST
 START_TEST(test_named_ports)
 {
     for (int r = 0; r < 4; r++)
-        s_join(r, "g", 4, r, r == 1 ? "n1" : "n0", "s");
+        fx_join(r, "g", 4, r, r == 1 ? "n1" : "n0", "s");
     for (int pass = 0; pass < 2; pass++) {
         for (int r = 0; r < 4; r++) {
-            const cJSON *a = s_assignment(r);
+            const cJSON *a = fx_assignment(r);
             const cJSON *named = cJSON_GetObjectItem(a, "named_ports");
             const cJSON *ports = cJSON_GetObjectItem(a, "ports");
             int first = (int) cJSON_GetArrayItem(ports, 0)->valuedouble;
-            int store = s_field(named, "store"), rpc = s_field(named, "dp_rpc");
+            int store = fx_field(named, "store"), rpc = fx_field(named, "dp_rpc");
             const cJSON *probe = cJSON_GetObjectItem(named, "probe");
             int lo = (int) cJSON_GetArrayItem(probe, 0)->valuedouble;
             int hi = (int) cJSON_GetArrayItem(probe, 1)->valuedouble;
             ck_assert_int_eq(store, 19500);
-            ck_assert_int_eq(store, s_field(a, "master_port"));
+            ck_assert_int_eq(store, fx_field(a, "master_port"));
             ck_assert_int_eq(rpc, 19501);
             ck_assert_int_eq(lo, first + 10);
             ck_assert_int_eq(hi, first + 31);
             if (r != 1)        /* rank 0's node: the roles are never probed */
                 ck_assert(store < lo && rpc < lo);
         }
-        s_clear_replies();
+        fx_clear_replies();
         for (int r = 0; r < 4; r++)          /* resumes: the same answers */
-            s_join(r, "g", 4, r, r == 1 ? "n1" : "n0", "s");
+            fx_join(r, "g", 4, r, r == 1 ? "n1" : "n0", "s");
     }
-    s_clear_replies();
+    fx_clear_replies();
 }
 END_TEST
 
@@ -224,12 +98,12 @@ START_TEST(test_plans_do_not_depend_on_join_order)
 {
     static const int order[] = { 3, 1, 0, 2 };
     for (int i = 0; i < 4; i++)
-        s_join(order[i], "g", 4, order[i], "pod", "s");
+        fx_join(order[i], "g", 4, order[i], "pod", "s");
     for (int r = 0; r < 4; r++) {
-        const cJSON *ports = cJSON_GetObjectItem(s_assignment(r), "ports");
+        const cJSON *ports = cJSON_GetObjectItem(fx_assignment(r), "ports");
         ck_assert_int_eq((int) cJSON_GetArrayItem(ports, 0)->valuedouble, 19500 + 32 * r);
     }
-    s_clear_replies();
+    fx_clear_replies();
 }
 END_TEST
 
@@ -237,79 +111,79 @@ START_TEST(test_separate_nodes_share_numbers)
 {
     const char *nodes[] = { "pod-0", "pod-1", "pod-2", "pod-3" };
     for (int r = 0; r < 4; r++)
-        s_join(r, "g", 4, r, nodes[r], "s");
+        fx_join(r, "g", 4, r, nodes[r], "s");
     for (int r = 0; r < 4; r++)
-        ck_assert_int_eq((int) cJSON_GetArrayItem(cJSON_GetObjectItem(s_assignment(r), "ports"), 0)->valuedouble, 19500);
-    s_clear_replies();
+        ck_assert_int_eq((int) cJSON_GetArrayItem(cJSON_GetObjectItem(fx_assignment(r), "ports"), 0)->valuedouble, 19500);
+    fx_clear_replies();
 }
 END_TEST
 
 START_TEST(test_two_groups_on_one_node_are_disjoint)
 {
-    s_join(0, "a", 2, 0, "node", "s");
-    s_join(1, "a", 2, 1, "node", "s");
-    s_join(2, "b", 2, 0, "node", "s");
-    s_join(3, "b", 2, 1, "node", "s");
+    fx_join(0, "a", 2, 0, "node", "s");
+    fx_join(1, "a", 2, 1, "node", "s");
+    fx_join(2, "b", 2, 0, "node", "s");
+    fx_join(3, "b", 2, 1, "node", "s");
     int starts[4];
     for (int p = 0; p < 4; p++)
-        starts[p] = (int) cJSON_GetArrayItem(cJSON_GetObjectItem(s_assignment(p), "ports"), 0)->valuedouble;
+        starts[p] = (int) cJSON_GetArrayItem(cJSON_GetObjectItem(fx_assignment(p), "ports"), 0)->valuedouble;
     ck_assert_int_eq(starts[0], 19500);
     ck_assert_int_eq(starts[1], 19532);
     ck_assert_int_eq(starts[2], 19564);
     ck_assert_int_eq(starts[3], 19596);
-    s_clear_replies();
+    fx_clear_replies();
 }
 END_TEST
 
 START_TEST(test_resume_same_session)
 {
-    s_join(0, "g", 2, 0, "n", "a");
-    s_join(1, "g", 2, 1, "n", "b");
-    s_clear_replies();
-    s_join(5, "g", 2, 1, "n", "b");
-    ck_assert_int_eq(s_field(s_assignment(5), "epoch"), 1);
-    s_clear_replies();
+    fx_join(0, "g", 2, 0, "n", "a");
+    fx_join(1, "g", 2, 1, "n", "b");
+    fx_clear_replies();
+    fx_join(5, "g", 2, 1, "n", "b");
+    ck_assert_int_eq(fx_field(fx_assignment(5), "epoch"), 1);
+    fx_clear_replies();
 }
 END_TEST
 
 START_TEST(test_restart_moves_epoch)
 {
-    s_join(0, "g", 2, 0, "n", "a");
-    s_join(1, "g", 2, 1, "n", "b");
-    s_send(2, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":\"v1\"}");
-    s_clear_replies();
-    s_join(1, "g", 2, 1, "n", "b-restarted");
+    fx_join(0, "g", 2, 0, "n", "a");
+    fx_join(1, "g", 2, 1, "n", "b");
+    fx_send(2, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\",\"value\":\"v1\"}");
+    fx_clear_replies();
+    fx_join(1, "g", 2, 1, "n", "b-restarted");
     ck_assert_ptr_null(replies[1]);          /* epoch 2 forms: rank 0 must rejoin */
-    s_send(2, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\"}");
-    ck_assert_str_eq(s_error(2), RDZV_E_STALE_EPOCH);
-    s_send(3, "{\"v\":1,\"op\":\"heartbeat\",\"group\":\"g\",\"rank\":0,\"session\":\"a\",\"epoch\":1}");
-    ck_assert_str_eq(s_error(3), RDZV_E_STALE_EPOCH);
+    fx_send(2, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\"}");
+    ck_assert_str_eq(fx_error(2), RDZV_E_STALE_EPOCH);
+    fx_send(3, "{\"v\":1,\"op\":\"heartbeat\",\"group\":\"g\",\"rank\":0,\"session\":\"a\",\"epoch\":1}");
+    ck_assert_str_eq(fx_error(3), RDZV_E_STALE_EPOCH);
     /* Joins while epoch 2 forms start no further epoch. */
-    s_join(0, "g", 2, 0, "n", "a");
-    ck_assert_int_eq(s_field(s_assignment(0), "epoch"), 2);
-    ck_assert_int_eq(s_field(s_assignment(1), "epoch"), 2);
+    fx_join(0, "g", 2, 0, "n", "a");
+    ck_assert_int_eq(fx_field(fx_assignment(0), "epoch"), 2);
+    ck_assert_int_eq(fx_field(fx_assignment(1), "epoch"), 2);
     /* Same plan in the new epoch. */
-    ck_assert_int_eq((int) cJSON_GetArrayItem(cJSON_GetObjectItem(s_assignment(1), "ports"), 0)->valuedouble, 19532);
-    s_clear_replies();
+    ck_assert_int_eq((int) cJSON_GetArrayItem(cJSON_GetObjectItem(fx_assignment(1), "ports"), 0)->valuedouble, 19532);
+    fx_clear_replies();
 }
 END_TEST
 
 START_TEST(test_rank_taken_while_forming)
 {
-    s_join(0, "g", 2, 0, "n", "a");
-    s_join(1, "g", 2, 0, "n", "intruder");
-    ck_assert_str_eq(s_error(1), RDZV_E_RANK_TAKEN);
+    fx_join(0, "g", 2, 0, "n", "a");
+    fx_join(1, "g", 2, 0, "n", "intruder");
+    ck_assert_str_eq(fx_error(1), RDZV_E_RANK_TAKEN);
     /* Once the first session's wait is over, a new session may take it. */
     now += 6000;
     drive_tick(core, now);
-    s_collect();
-    ck_assert_str_eq(s_error(0), RDZV_E_TIMEOUT);
-    s_clear_replies();
-    s_join(1, "g", 2, 0, "n", "intruder");
+    fx_collect();
+    ck_assert_str_eq(fx_error(0), RDZV_E_TIMEOUT);
+    fx_clear_replies();
+    fx_join(1, "g", 2, 0, "n", "intruder");
     ck_assert_ptr_null(replies[1]);           /* accepted: waits for rank 1 */
-    s_join(2, "g", 2, 1, "n", "b");
-    ck_assert_int_eq(s_field(s_assignment(1), "rank"), 0);
-    s_clear_replies();
+    fx_join(2, "g", 2, 1, "n", "b");
+    ck_assert_int_eq(fx_field(fx_assignment(1), "rank"), 0);
+    fx_clear_replies();
 }
 END_TEST
 
@@ -319,39 +193,39 @@ END_TEST
  * has been quiet for --dead-after, or with replace, it takes the rank. */
 START_TEST(test_rank_taken_by_a_live_holder)
 {
-    s_join(0, "g", 2, 0, "pod-0", "a");
-    s_join(1, "g", 2, 1, "pod-1", "b");
-    s_clear_replies();
-    s_join(2, "g", 2, 1, "pod-7", "dup");
-    ck_assert_str_eq(s_error(2), RDZV_E_RANK_TAKEN);
+    fx_join(0, "g", 2, 0, "pod-0", "a");
+    fx_join(1, "g", 2, 1, "pod-1", "b");
+    fx_clear_replies();
+    fx_join(2, "g", 2, 1, "pod-7", "dup");
+    ck_assert_str_eq(fx_error(2), RDZV_E_RANK_TAKEN);
     const char *msg = cJSON_GetObjectItem(cJSON_GetObjectItem(replies[2], "error"),
                                           "message")->valuestring;
     ck_assert_ptr_nonnull(strstr(msg, "held by a live session from host 10.0.0.1 node pod-1"));
-    s_send(3, "{\"v\":1,\"op\":\"status\",\"group\":\"g\"}");
-    ck_assert_int_eq(s_field(cJSON_GetArrayItem(cJSON_GetObjectItem(replies[3], "groups"), 0),
-                             "epoch"), 1);
+    fx_send(3, "{\"v\":1,\"op\":\"status\",\"group\":\"g\"}");
+    ck_assert_int_eq(fx_field(cJSON_GetArrayItem(cJSON_GetObjectItem(replies[3], "groups"), 0),
+                              "epoch"), 1);
     /* replace: taken at once, the group moves on. */
-    s_send(4, "{\"v\":1,\"id\":4,\"op\":\"join\",\"group\":\"g\",\"world\":2,\"rank\":1,"
-           "\"host\":\"10.0.0.9\",\"node\":\"pod-7\",\"session\":\"dup\",\"timeout_ms\":5000,"
-           "\"replace\":true}");
+    fx_send(4, "{\"v\":1,\"id\":4,\"op\":\"join\",\"group\":\"g\",\"world\":2,\"rank\":1,"
+            "\"host\":\"10.0.0.9\",\"node\":\"pod-7\",\"session\":\"dup\",\"timeout_ms\":5000,"
+            "\"replace\":true}");
     ck_assert_ptr_null(replies[4]);          /* epoch 2 forms */
-    s_join(0, "g", 2, 0, "pod-0", "a");
-    ck_assert_int_eq(s_field(s_assignment(0), "epoch"), 2);
-    s_clear_replies();
+    fx_join(0, "g", 2, 0, "pod-0", "a");
+    ck_assert_int_eq(fx_field(fx_assignment(0), "epoch"), 2);
+    fx_clear_replies();
     /* The holder's own node: a restart. */
-    s_join(5, "g", 2, 1, "pod-7", "dup-restarted");
+    fx_join(5, "g", 2, 1, "pod-7", "dup-restarted");
     ck_assert_ptr_null(replies[5]);
-    s_join(0, "g", 2, 0, "pod-0", "a");
-    ck_assert_int_eq(s_field(s_assignment(0), "epoch"), 3);
-    s_clear_replies();
+    fx_join(0, "g", 2, 0, "pod-0", "a");
+    ck_assert_int_eq(fx_field(fx_assignment(0), "epoch"), 3);
+    fx_clear_replies();
     /* A holder quiet for --dead-after (15 s here) gives way. */
-    s_join(6, "g", 2, 1, "pod-8", "late");
-    ck_assert_str_eq(s_error(6), RDZV_E_RANK_TAKEN);
-    s_clear_replies();
+    fx_join(6, "g", 2, 1, "pod-8", "late");
+    ck_assert_str_eq(fx_error(6), RDZV_E_RANK_TAKEN);
+    fx_clear_replies();
     now += 16000;
-    s_join(6, "g", 2, 1, "pod-8", "late");
+    fx_join(6, "g", 2, 1, "pod-8", "late");
     ck_assert_ptr_null(replies[6]);
-    s_clear_replies();
+    fx_clear_replies();
 }
 END_TEST
 
@@ -361,52 +235,52 @@ END_TEST
  * a restart agrees. */
 START_TEST(test_resize_once_the_old_world_is_gone)
 {
-    s_join(0, "g", 2, 0, "n0", "a");
-    s_join(1, "g", 2, 1, "n1", "b");
-    s_clear_replies();
-    s_join(2, "g", 3, 0, "n0", "c");
-    ck_assert_str_eq(s_error(2), RDZV_E_WORLD_MISMATCH);
+    fx_join(0, "g", 2, 0, "n0", "a");
+    fx_join(1, "g", 2, 1, "n1", "b");
+    fx_clear_replies();
+    fx_join(2, "g", 3, 0, "n0", "c");
+    ck_assert_str_eq(fx_error(2), RDZV_E_WORLD_MISMATCH);
     const char *msg = cJSON_GetObjectItem(cJSON_GetObjectItem(replies[2], "error"),
                                           "message")->valuestring;
     ck_assert_ptr_nonnull(strstr(msg, "2 of its ranks are alive; to resize"));
-    s_clear_replies();
+    fx_clear_replies();
     now += 16000;
-    s_join(2, "g", 3, 0, "n0", "c");
+    fx_join(2, "g", 3, 0, "n0", "c");
     ck_assert_ptr_null(replies[2]);          /* accepted: waits for ranks 1 and 2 */
-    s_join(3, "g", 3, 1, "n1", "d");
-    s_join(4, "g", 3, 2, "n2", "e");
-    ck_assert_int_eq(s_field(s_assignment(2), "epoch"), 2);
-    ck_assert_int_eq(s_field(s_assignment(4), "world"), 3);
-    s_clear_replies();
+    fx_join(3, "g", 3, 1, "n1", "d");
+    fx_join(4, "g", 3, 2, "n2", "e");
+    ck_assert_int_eq(fx_field(fx_assignment(2), "epoch"), 2);
+    ck_assert_int_eq(fx_field(fx_assignment(4), "world"), 3);
+    fx_clear_replies();
     rdzv_core_destroy(&core);
-    s_open();
-    s_join(5, "g", 3, 2, "n2", "e");         /* a resume gets the same assignment */
-    ck_assert_int_eq(s_field(s_assignment(5), "epoch"), 2);
-    ck_assert_int_eq(s_field(s_assignment(5), "world"), 3);
-    s_clear_replies();
+    fx_open();
+    fx_join(5, "g", 3, 2, "n2", "e");         /* a resume gets the same assignment */
+    ck_assert_int_eq(fx_field(fx_assignment(5), "epoch"), 2);
+    ck_assert_int_eq(fx_field(fx_assignment(5), "world"), 3);
+    fx_clear_replies();
 }
 END_TEST
 
 START_TEST(test_state_survives_restart)
 {
-    s_join(0, "g", 2, 0, "n", "a");
-    s_join(1, "g", 2, 1, "n", "b");
-    char *before = cJSON_PrintUnformatted(s_assignment(1));
-    s_clear_replies();
+    fx_join(0, "g", 2, 0, "n", "a");
+    fx_join(1, "g", 2, 1, "n", "b");
+    char *before = cJSON_PrintUnformatted(fx_assignment(1));
+    fx_clear_replies();
     rdzv_core_destroy(&core);
-    s_open();
-    s_join(1, "g", 2, 1, "n", "b");
-    char *after = cJSON_PrintUnformatted(s_assignment(1));
+    fx_open();
+    fx_join(1, "g", 2, 1, "n", "b");
+    char *after = cJSON_PrintUnformatted(fx_assignment(1));
     ck_assert_str_eq(before, after);
     free(before);
     free(after);
-    s_clear_replies();
+    fx_clear_replies();
 }
 END_TEST
 
 START_TEST(test_bad_input_changes_nothing)
 {
-    s_join(0, "g", 2, 0, "n", "a");
+    fx_join(0, "g", 2, 0, "n", "a");
     uint64_t size = rdzv_journal_size(core->journal);
     static const char *bad[] = {
         "{\"v\":1,\"op\":\"join\",\"group\":\"g\",\"world\":3,\"rank\":1,\"host\":\"h\",\"node\":\"n\",\"session\":\"x\"}",
@@ -418,48 +292,48 @@ START_TEST(test_bad_input_changes_nothing)
         "garbage",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        s_send(9, "%s", bad[i]);
+        fx_send(9, "%s", bad[i]);
         ck_assert_ptr_nonnull(cJSON_GetObjectItem(replies[9], "error"));
     }
     ck_assert_uint_eq(rdzv_journal_size(core->journal), size);
     /* The waiting rank is still served. */
-    s_join(1, "g", 2, 1, "n", "b");
-    ck_assert_int_eq(s_field(s_assignment(0), "rank"), 0);
-    s_clear_replies();
+    fx_join(1, "g", 2, 1, "n", "b");
+    ck_assert_int_eq(fx_field(fx_assignment(0), "rank"), 0);
+    fx_clear_replies();
 }
 END_TEST
 
 START_TEST(test_kv_put_get_wait)
 {
-    s_join(0, "g", 1, 0, "n", "a");
-    s_send(1, "{\"v\":1,\"op\":\"kv_wait\",\"group\":\"g\",\"epoch\":1,\"key\":\"id\",\"timeout_ms\":1000}");
+    fx_join(0, "g", 1, 0, "n", "a");
+    fx_send(1, "{\"v\":1,\"op\":\"kv_wait\",\"group\":\"g\",\"epoch\":1,\"key\":\"id\",\"timeout_ms\":1000}");
     ck_assert_ptr_null(replies[1]);
-    s_send(2, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"id\",\"value\":\"abc\"}");
+    fx_send(2, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"id\",\"value\":\"abc\"}");
     ck_assert_str_eq(cJSON_GetObjectItem(replies[1], "value")->valuestring, "abc");
-    s_send(3, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"g\",\"epoch\":1,\"key\":\"id\"}");
+    fx_send(3, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"g\",\"epoch\":1,\"key\":\"id\"}");
     ck_assert_str_eq(cJSON_GetObjectItem(replies[3], "value")->valuestring, "abc");
-    s_send(4, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"g\",\"epoch\":1,\"key\":\"other\"}");
-    ck_assert_str_eq(s_error(4), RDZV_E_NOT_FOUND);
-    s_send(5, "{\"v\":1,\"op\":\"kv_wait\",\"group\":\"g\",\"epoch\":1,\"key\":\"late\",\"timeout_ms\":10}");
+    fx_send(4, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"g\",\"epoch\":1,\"key\":\"other\"}");
+    ck_assert_str_eq(fx_error(4), RDZV_E_NOT_FOUND);
+    fx_send(5, "{\"v\":1,\"op\":\"kv_wait\",\"group\":\"g\",\"epoch\":1,\"key\":\"late\",\"timeout_ms\":10}");
     now += 20;
     drive_tick(core, now);
-    s_collect();
-    ck_assert_str_eq(s_error(5), RDZV_E_TIMEOUT);
-    s_clear_replies();
+    fx_collect();
+    ck_assert_str_eq(fx_error(5), RDZV_E_TIMEOUT);
+    fx_clear_replies();
 }
 END_TEST
 
 START_TEST(test_delete_frees_plans_and_waiters)
 {
-    s_join(0, "a", 2, 0, "node", "s");
-    s_join(1, "a", 2, 1, "node", "s");
-    s_join(2, "b", 2, 0, "node", "s");
-    s_send(3, "{\"v\":1,\"op\":\"group_delete\",\"group\":\"b\"}");
-    ck_assert_str_eq(s_error(2), RDZV_E_NOT_FOUND);
-    s_send(4, "{\"v\":1,\"op\":\"group_delete\",\"group\":\"a\"}");
+    fx_join(0, "a", 2, 0, "node", "s");
+    fx_join(1, "a", 2, 1, "node", "s");
+    fx_join(2, "b", 2, 0, "node", "s");
+    fx_send(3, "{\"v\":1,\"op\":\"group_delete\",\"group\":\"b\"}");
+    ck_assert_str_eq(fx_error(2), RDZV_E_NOT_FOUND);
+    fx_send(4, "{\"v\":1,\"op\":\"group_delete\",\"group\":\"a\"}");
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[4], "ok")));
     ck_assert_int_eq(rdzv_plans_count(core->state.plans, "node"), 0);
-    s_clear_replies();
+    fx_clear_replies();
 }
 END_TEST
 
@@ -467,26 +341,26 @@ START_TEST(test_ports_exhausted)
 {
     /* The range holds 8 blocks; a 9-rank group on one node cannot fit. */
     for (int r = 0; r < 9; r++)
-        s_join(r, "big", 9, r, "node", "s");
+        fx_join(r, "big", 9, r, "node", "s");
     for (int r = 0; r < 9; r++)
-        ck_assert_str_eq(s_error(r), RDZV_E_PORTS_EXHAUSTED);
+        ck_assert_str_eq(fx_error(r), RDZV_E_PORTS_EXHAUSTED);
     /* All or nothing: the eight blocks that fitted are not left behind. */
     ck_assert_int_eq(rdzv_plans_count(core->state.plans, "node"), 0);
-    s_clear_replies();
+    fx_clear_replies();
 }
 END_TEST
 
 START_TEST(test_status)
 {
-    s_join(0, "g", 2, 0, "n", "a");
-    s_send(1, "{\"v\":1,\"op\":\"status\",\"group\":\"g\"}");
+    fx_join(0, "g", 2, 0, "n", "a");
+    fx_send(1, "{\"v\":1,\"op\":\"status\",\"group\":\"g\"}");
     const cJSON *g = cJSON_GetArrayItem(cJSON_GetObjectItem(replies[1], "groups"), 0);
-    ck_assert_int_eq(s_field(g, "world"), 2);
+    ck_assert_int_eq(fx_field(g, "world"), 2);
     ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(g, "joined")), 1);
     ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(g, "complete")));
-    s_send(2, "{\"v\":1,\"op\":\"status\",\"group\":\"none\"}");
-    ck_assert_str_eq(s_error(2), RDZV_E_NOT_FOUND);
-    s_clear_replies();
+    fx_send(2, "{\"v\":1,\"op\":\"status\",\"group\":\"none\"}");
+    ck_assert_str_eq(fx_error(2), RDZV_E_NOT_FOUND);
+    fx_clear_replies();
 }
 END_TEST
 
@@ -508,26 +382,26 @@ static void s_settle_compaction(void)
 START_TEST(test_compaction_not_every_commit)
 {
     rdzv_core_destroy(&core);
-    rdzv_config_t cfg = s_config();
+    rdzv_config_t cfg = fx_config();
     cfg.compact_bytes = 4096;
     char err[256];
     core = rdzv_core_new(&cfg, err, sizeof err);
     ck_assert_msg(core != NULL, "%s", err);
-    s_join(0, "a", 1, 0, "n0", "s0");
+    fx_join(0, "a", 1, 0, "n0", "s0");
     char big[1501];
     memset(big, 'x', sizeof big - 1);
     big[sizeof big - 1] = '\0';
     for (int i = 0; i < 4; i++) {
-        s_send(1, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"k%d\","
-               "\"value\":\"%s\"}", i, big);
+        fx_send(1, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"k%d\","
+                "\"value\":\"%s\"}", i, big);
         s_settle_compaction();
     }
     uint64_t compactions = core->metrics.compactions;
     ck_assert_uint_ge(compactions, 1);
     ck_assert_uint_gt(rdzv_journal_size(core->journal), cfg.compact_bytes);  /* the state alone */
     for (int i = 0; i < 10; i++) {
-        s_send(1, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"s\","
-               "\"value\":\"%d\"}", i);
+        fx_send(1, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"s\","
+                "\"value\":\"%d\"}", i);
         ck_assert_int_eq(drive_commit(core, now, NULL, NULL), 0);
         s_settle_compaction();
     }
@@ -537,13 +411,13 @@ START_TEST(test_compaction_not_every_commit)
     int puts = 0;
     while (core->metrics.compactions == compactions && puts < 50) {
         ck_assert_uint_le(rdzv_journal_size(core->journal), 2 * left);
-        s_send(1, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"k%d\","
-               "\"value\":\"%s\"}", puts++ % 4, big);
+        fx_send(1, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"k%d\","
+                "\"value\":\"%s\"}", puts++ % 4, big);
         s_settle_compaction();
     }
     ck_assert_uint_eq(core->metrics.compactions, compactions + 1);
     ck_assert_int_gt(puts, 1);
-    s_clear_replies();
+    fx_clear_replies();
 }
 END_TEST
 
@@ -565,22 +439,22 @@ static int s_snapshot_sync(int fd)
 
 START_TEST(test_compaction_off_the_lock)
 {
-    rdzv_config_t cfg = s_config();
+    rdzv_config_t cfg = fx_config();
     cfg.compact_bytes = 4096;
-    s_reopen_cfg(cfg);
+    fx_reopen_cfg(cfg);
     rdzv_journal_set_sync_fn(core->journal, s_snapshot_sync);
     atomic_store(&s_hold_snapshot, 1);
-    s_join(0, "a", 1, 0, "n0", "s0");
+    fx_join(0, "a", 1, 0, "n0", "s0");
     char big[1501];
     memset(big, 'x', sizeof big - 1);
     big[sizeof big - 1] = '\0';
     for (int i = 0; i < 8 && !core->compaction; i++)
-        s_send(1, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"k%d\","
-               "\"value\":\"%s\"}", i, big);
+        fx_send(1, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"k%d\","
+                "\"value\":\"%s\"}", i, big);
     ck_assert_ptr_nonnull(core->compaction);          /* started, and held */
     for (int i = 0; i < 20; i++) {
-        s_send(2, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"m%d\","
-               "\"value\":\"during\"}", i);
+        fx_send(2, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"m%d\","
+                "\"value\":\"during\"}", i);
         ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[2], "ok")));
     }
     ck_assert_ptr_nonnull(core->compaction);          /* still writing */
@@ -588,46 +462,46 @@ START_TEST(test_compaction_off_the_lock)
     atomic_store(&s_hold_snapshot, 0);
     s_settle_compaction();
     ck_assert_uint_eq(core->metrics.compactions, 1);
-    s_reopen_cfg(s_config());
+    fx_reopen_cfg(fx_config());
     for (int i = 0; i < 20; i += 19) {
-        s_send(3, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"a\",\"epoch\":1,\"key\":\"m%d\"}", i);
+        fx_send(3, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"a\",\"epoch\":1,\"key\":\"m%d\"}", i);
         ck_assert_str_eq(cJSON_GetObjectItem(replies[3], "value")->valuestring, "during");
     }
-    s_send(3, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"a\",\"epoch\":1,\"key\":\"k0\"}");
+    fx_send(3, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"a\",\"epoch\":1,\"key\":\"k0\"}");
     ck_assert_str_eq(cJSON_GetObjectItem(replies[3], "value")->valuestring, big);
-    s_clear_replies();
+    fx_clear_replies();
 }
 END_TEST
 
 START_TEST(test_compaction_keeps_state)
 {
-    s_join(0, "a", 2, 0, "n0", "s0");
-    s_join(1, "a", 2, 1, "n1", "s1");
-    s_join(1, "a", 2, 1, "n1", "s1-new");          /* epoch 2 */
-    s_join(0, "a", 2, 0, "n0", "s0");
-    s_send(2, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":2,\"key\":\"k\",\"value\":\"v\"}");
-    s_join(3, "b", 3, 0, "n0", "t0");               /* a forming group */
+    fx_join(0, "a", 2, 0, "n0", "s0");
+    fx_join(1, "a", 2, 1, "n1", "s1");
+    fx_join(1, "a", 2, 1, "n1", "s1-new");          /* epoch 2 */
+    fx_join(0, "a", 2, 0, "n0", "s0");
+    fx_send(2, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":2,\"key\":\"k\",\"value\":\"v\"}");
+    fx_join(3, "b", 3, 0, "n0", "t0");               /* a forming group */
     for (int i = 0; i < 20; i++)
-        s_send(4, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":2,\"key\":\"k\",\"value\":\"v%d\"}", i);
-    char *before = cJSON_PrintUnformatted(s_assignment(1));
-    s_clear_replies();
+        fx_send(4, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":2,\"key\":\"k\",\"value\":\"v%d\"}", i);
+    char *before = cJSON_PrintUnformatted(fx_assignment(1));
+    fx_clear_replies();
     uint64_t size = rdzv_journal_size(core->journal);
     ck_assert_int_eq(rdzv_core_compact(core), 0);
     ck_assert_uint_lt(rdzv_journal_size(core->journal), size);
     rdzv_core_destroy(&core);
-    s_open();
-    s_join(1, "a", 2, 1, "n1", "s1-new");
-    char *after = cJSON_PrintUnformatted(s_assignment(1));
+    fx_open();
+    fx_join(1, "a", 2, 1, "n1", "s1-new");
+    char *after = cJSON_PrintUnformatted(fx_assignment(1));
     ck_assert_str_eq(before, after);
-    s_send(5, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"a\",\"epoch\":2,\"key\":\"k\"}");
+    fx_send(5, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"a\",\"epoch\":2,\"key\":\"k\"}");
     ck_assert_str_eq(cJSON_GetObjectItem(replies[5], "value")->valuestring, "v19");
     /* The forming group still waits for its other ranks, and plans hold. */
-    s_join(6, "b", 3, 1, "n0", "t1");
-    s_join(7, "b", 3, 2, "n0", "t2");
-    ck_assert_int_eq((int) cJSON_GetArrayItem(cJSON_GetObjectItem(s_assignment(6), "ports"), 0)->valuedouble, 19564);
+    fx_join(6, "b", 3, 1, "n0", "t1");
+    fx_join(7, "b", 3, 2, "n0", "t2");
+    ck_assert_int_eq((int) cJSON_GetArrayItem(cJSON_GetObjectItem(fx_assignment(6), "ports"), 0)->valuedouble, 19564);
     free(before);
     free(after);
-    s_clear_replies();
+    fx_clear_replies();
 }
 END_TEST
 
@@ -707,9 +581,9 @@ static void s_rewrite_journal(const cJSON *records)
 START_TEST(test_plans_record)
 {
     for (int r = 0; r < 6; r++)
-        s_join(r, "g", 6, r, r < 3 ? "n0" : "n1", "s");
-    char *before = cJSON_PrintUnformatted(s_assignment(4));
-    s_clear_replies();
+        fx_join(r, "g", 6, r, r < 3 ? "n0" : "n1", "s");
+    char *before = cJSON_PrintUnformatted(fx_assignment(4));
+    fx_clear_replies();
     rdzv_core_destroy(&core);
     s_journal_scan_t scan = s_scan_journal();
     ck_assert_int_eq(scan.plans, 1);
@@ -720,14 +594,14 @@ START_TEST(test_plans_record)
     const cJSON *kinds[2] = { scan.old_style, scan.named_nodes };
     for (int k = 0; k < 2; k++) {
         s_rewrite_journal(kinds[k]);
-        s_open();
+        fx_open();
         ck_assert_int_eq(rdzv_plans_count(core->state.plans, "n0"), 3);
         ck_assert_int_eq(rdzv_plans_count(core->state.plans, "n1"), 3);
-        s_join(4, "g", 6, 4, "n1", "s");
-        char *after = cJSON_PrintUnformatted(s_assignment(4));
+        fx_join(4, "g", 6, 4, "n1", "s");
+        char *after = cJSON_PrintUnformatted(fx_assignment(4));
         ck_assert_str_eq(before, after);
         free(after);
-        s_clear_replies();
+        fx_clear_replies();
         rdzv_core_destroy(&core);
     }
 
@@ -754,7 +628,7 @@ START_TEST(test_plans_record)
     }
     s_rewrite_journal(bad);
     char err[256];
-    rdzv_config_t cfg = s_config();
+    rdzv_config_t cfg = fx_config();
     core = rdzv_core_new(&cfg, err, sizeof err);
     ck_assert_ptr_null(core);
     cJSON_Delete(bad);
@@ -769,18 +643,18 @@ END_TEST
  * there, and after a restart both blocks are where they were. */
 START_TEST(test_plans_record_rank_moves_node)
 {
-    s_join(0, "g", 2, 0, "n0", "s0");
-    s_join(1, "g", 2, 1, "n1", "s1");
-    ck_assert_int_eq(s_field(s_assignment(1), "epoch"), 1);
-    s_clear_replies();
+    fx_join(0, "g", 2, 0, "n0", "s0");
+    fx_join(1, "g", 2, 1, "n1", "s1");
+    ck_assert_int_eq(fx_field(fx_assignment(1), "epoch"), 1);
+    fx_clear_replies();
     now += 16000;                                /* the old Pod is gone: quiet for --dead-after */
-    s_join(1, "g", 2, 1, "n2", "s1b");           /* rank 1's Pod moved */
-    s_join(0, "g", 2, 0, "n0", "s0");
-    ck_assert_int_eq(s_field(s_assignment(1), "epoch"), 2);
+    fx_join(1, "g", 2, 1, "n2", "s1b");           /* rank 1's Pod moved */
+    fx_join(0, "g", 2, 0, "n0", "s0");
+    ck_assert_int_eq(fx_field(fx_assignment(1), "epoch"), 2);
     ck_assert_int_eq(rdzv_plans_find(core->state.plans, "n2", "g", 1), 19500);
-    s_clear_replies();
+    fx_clear_replies();
     rdzv_core_destroy(&core);
-    s_open();
+    fx_open();
     ck_assert_int_eq(rdzv_plans_find(core->state.plans, "n0", "g", 0), 19500);
     ck_assert_int_eq(rdzv_plans_find(core->state.plans, "n1", "g", 1), 19500);
     ck_assert_int_eq(rdzv_plans_find(core->state.plans, "n2", "g", 1), 19500);
@@ -793,24 +667,24 @@ END_TEST
 START_TEST(test_plans_record_escapes_node_names)
 {
     /* JSON text of the names; the names are q"u\o and p\xc3\xb6d. */
-    s_join(0, "g", 4, 0, "q\\\"u\\\\o", "s");
-    s_join(1, "g", 4, 1, "q\\\"u\\\\o", "s");
-    s_join(2, "g", 4, 2, "p\xc3\xb6" "d", "s");
-    s_join(3, "g", 4, 3, "p\xc3\xb6" "d", "s");
-    ck_assert_int_eq(s_field(s_assignment(1), "master_port"), 19500);
-    char *before = cJSON_PrintUnformatted(s_assignment(3));
-    s_clear_replies();
+    fx_join(0, "g", 4, 0, "q\\\"u\\\\o", "s");
+    fx_join(1, "g", 4, 1, "q\\\"u\\\\o", "s");
+    fx_join(2, "g", 4, 2, "p\xc3\xb6" "d", "s");
+    fx_join(3, "g", 4, 3, "p\xc3\xb6" "d", "s");
+    ck_assert_int_eq(fx_field(fx_assignment(1), "master_port"), 19500);
+    char *before = cJSON_PrintUnformatted(fx_assignment(3));
+    fx_clear_replies();
     rdzv_core_destroy(&core);
-    s_open();
+    fx_open();
     ck_assert_int_eq(rdzv_plans_count(core->state.plans, "q\"u\\o"), 2);
     ck_assert_int_eq(rdzv_plans_find(core->state.plans, "q\"u\\o", "g", 1), 19532);
     ck_assert_int_eq(rdzv_plans_find(core->state.plans, "p\xc3\xb6" "d", "g", 3), 19532);
-    s_join(3, "g", 4, 3, "p\xc3\xb6" "d", "s");
-    char *after = cJSON_PrintUnformatted(s_assignment(3));
+    fx_join(3, "g", 4, 3, "p\xc3\xb6" "d", "s");
+    char *after = cJSON_PrintUnformatted(fx_assignment(3));
     ck_assert_str_eq(before, after);
     free(before);
     free(after);
-    s_clear_replies();
+    fx_clear_replies();
 }
 END_TEST
 
@@ -818,40 +692,40 @@ START_TEST(test_limits)
 {
     rdzv_core_destroy(&core);
     char err[256];
-    rdzv_config_t cfg = s_config();
+    rdzv_config_t cfg = fx_config();
     cfg.limits = (rdzv_limits_t) { .max_groups = 1, .max_kv_bytes = 10, .max_waits = 2, .max_rps = 5 };
     core = rdzv_core_new(&cfg, err, sizeof err);
     ck_assert_ptr_nonnull(core);
-    s_join(0, "a", 3, 0, "n", "s0");
-    s_join(1, "b", 1, 0, "n", "s0");
-    ck_assert_str_eq(s_error(1), RDZV_E_LIMIT);                 /* groups */
-    s_join(2, "a", 3, 1, "n", "s1");
-    s_send(3, "{\"v\":1,\"op\":\"kv_wait\",\"group\":\"a\",\"epoch\":1,\"key\":\"k\"}");
-    ck_assert_str_eq(s_error(3), RDZV_E_LIMIT);                 /* pending waits */
-    s_send(4, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"k\",\"value\":\"12345678\"}");
+    fx_join(0, "a", 3, 0, "n", "s0");
+    fx_join(1, "b", 1, 0, "n", "s0");
+    ck_assert_str_eq(fx_error(1), RDZV_E_LIMIT);                 /* groups */
+    fx_join(2, "a", 3, 1, "n", "s1");
+    fx_send(3, "{\"v\":1,\"op\":\"kv_wait\",\"group\":\"a\",\"epoch\":1,\"key\":\"k\"}");
+    ck_assert_str_eq(fx_error(3), RDZV_E_LIMIT);                 /* pending waits */
+    fx_send(4, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"k\",\"value\":\"12345678\"}");
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[4], "ok")));
-    s_send(5, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"j\",\"value\":\"x\"}");
-    ck_assert_str_eq(s_error(5), RDZV_E_LIMIT);                 /* KV bytes */
+    fx_send(5, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"a\",\"epoch\":1,\"key\":\"j\",\"value\":\"x\"}");
+    ck_assert_str_eq(fx_error(5), RDZV_E_LIMIT);                 /* KV bytes */
     /* Requests per second per connection: a burst of 5, then refused. */
-    s_clear_replies();
+    fx_clear_replies();
     for (int i = 0; i < 5; i++) {
-        s_send(6, "{\"v\":1,\"op\":\"status\"}");
+        fx_send(6, "{\"v\":1,\"op\":\"status\"}");
         ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[6], "ok")));
     }
-    s_send(6, "{\"v\":1,\"op\":\"status\"}");
-    ck_assert_str_eq(s_error(6), RDZV_E_LIMIT);
+    fx_send(6, "{\"v\":1,\"op\":\"status\"}");
+    ck_assert_str_eq(fx_error(6), RDZV_E_LIMIT);
     /* The same ROUTER identity on another shard is another connection. */
     rdzv_peer_t other_shard = { .len = 1, .id = { 6 }, .shard = 1 };
     const char *status = "{\"v\":1,\"op\":\"status\"}";
     drive_request(core, &other_shard, status, strlen(status), now);
-    s_collect();
+    fx_collect();
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[6], "ok")));
     now += 1000;                                                   /* refilled */
-    s_send(6, "{\"v\":1,\"op\":\"status\"}");
+    fx_send(6, "{\"v\":1,\"op\":\"status\"}");
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[6], "ok")));
-    s_send(7, "{\"v\":1,\"op\":\"status\"}");               /* another connection */
+    fx_send(7, "{\"v\":1,\"op\":\"status\"}");               /* another connection */
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[7], "ok")));
-    s_clear_replies();
+    fx_clear_replies();
 }
 END_TEST
 
@@ -859,32 +733,26 @@ END_TEST
  * so its world is not fixed and it does not count against --max-groups. */
 START_TEST(test_join_refused_for_waits_makes_no_group)
 {
-    s_reopen_with((rdzv_limits_t) { .max_groups = 2, .max_waits = 1 });
-    s_join(0, "w1", 2, 0, "n", "s0");
+    fx_reopen_with((rdzv_limits_t) { .max_groups = 2, .max_waits = 1 });
+    fx_join(0, "w1", 2, 0, "n", "s0");
     ck_assert_ptr_null(replies[0]);
     uint64_t size = rdzv_journal_size(core->journal);
-    s_join(1, "w2", 2, 0, "n", "s0");
-    ck_assert_str_eq(s_error(1), RDZV_E_LIMIT);
+    fx_join(1, "w2", 2, 0, "n", "s0");
+    ck_assert_str_eq(fx_error(1), RDZV_E_LIMIT);
     ck_assert_uint_eq(rdzv_journal_size(core->journal), size);
     ck_assert_ptr_null(rdzv_state_group(&core->state, "w2"));
-    s_send(2, "{\"v\":1,\"op\":\"status\",\"group\":\"w2\"}");
-    ck_assert_str_eq(s_error(2), RDZV_E_NOT_FOUND);
+    fx_send(2, "{\"v\":1,\"op\":\"status\",\"group\":\"w2\"}");
+    ck_assert_str_eq(fx_error(2), RDZV_E_NOT_FOUND);
     /* Once w1's wait times out, w2 is made with the world its creator asks for. */
     now += 6000;
     drive_tick(core, now);
-    s_collect();
-    ck_assert_str_eq(s_error(0), RDZV_E_TIMEOUT);
-    s_join(4, "w2", 1, 0, "n", "s0");
-    ck_assert_int_eq(s_field(s_assignment(4), "world"), 1);
-    s_clear_replies();
+    fx_collect();
+    ck_assert_str_eq(fx_error(0), RDZV_E_TIMEOUT);
+    fx_join(4, "w2", 1, 0, "n", "s0");
+    ck_assert_int_eq(fx_field(fx_assignment(4), "world"), 1);
+    fx_clear_replies();
 }
 END_TEST
-
-static void s_put(int who, const char *key, const char *value)
-{
-    s_send(who, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":1,\"key\":\"%s\","
-           "\"value\":\"%s\"}", key, value);
-}
 
 /* Overwriting a key frees its old value: the limit counts what the group
  * holds after the put, up to and including the limit itself. */
@@ -893,30 +761,30 @@ static void s_put(int who, const char *key, const char *value)
 START_TEST(test_kv_total_limit)
 {
     rdzv_limits_t lim = { .max_kv_bytes = 12, .max_kv_total_bytes = 20 };
-    s_reopen_with(lim);
-    s_join(0, "g", 1, 0, "n", "s0");
-    s_join(0, "h", 1, 0, "n", "t0");
-    s_put(1, "k", "123456789");                      /* g 10, total 10 */
+    fx_reopen_with(lim);
+    fx_join(0, "g", 1, 0, "n", "s0");
+    fx_join(0, "h", 1, 0, "n", "t0");
+    fx_put(1, "k", "123456789");                      /* g 10, total 10 */
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[1], "ok")));
-    s_send(2, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"h\",\"epoch\":1,\"key\":\"k\","
+    fx_send(2, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"h\",\"epoch\":1,\"key\":\"k\","
               "\"value\":\"12345678\"}");            /* h 9, total 19 */
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[2], "ok")));
-    s_send(3, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"h\",\"epoch\":1,\"key\":\"k\","
+    fx_send(3, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"h\",\"epoch\":1,\"key\":\"k\","
               "\"value\":\"123456789\"}");           /* h 10, total 20: the limit */
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[3], "ok")));
-    s_put(4, "k", "1234567890");                     /* g 11, within its own: total 21 */
-    ck_assert_str_eq(s_error(4), RDZV_E_LIMIT);
+    fx_put(4, "k", "1234567890");                     /* g 11, within its own: total 21 */
+    ck_assert_str_eq(fx_error(4), RDZV_E_LIMIT);
     ck_assert_ptr_nonnull(strstr(cJSON_GetObjectItem(cJSON_GetObjectItem(replies[4], "error"),
                                                      "message")->valuestring, "all groups"));
-    s_put(5, "k", "12345678");                       /* an overwrite that shrinks: 19 */
+    fx_put(5, "k", "12345678");                       /* an overwrite that shrinks: 19 */
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[5], "ok")));
-    s_reopen_with(lim);                              /* replay counts the same */
-    s_put(6, "j", "x");                              /* g 11, total 21 */
-    ck_assert_str_eq(s_error(6), RDZV_E_LIMIT);
-    s_send(7, "{\"v\":1,\"op\":\"group_delete\",\"group\":\"h\"}");   /* frees 10 */
-    s_put(8, "j", "x");                              /* g 11, total 11 */
+    fx_reopen_with(lim);                              /* replay counts the same */
+    fx_put(6, "j", "x");                              /* g 11, total 21 */
+    ck_assert_str_eq(fx_error(6), RDZV_E_LIMIT);
+    fx_send(7, "{\"v\":1,\"op\":\"group_delete\",\"group\":\"h\"}");   /* frees 10 */
+    fx_put(8, "j", "x");                              /* g 11, total 11 */
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[8], "ok")));
-    s_clear_replies();
+    fx_clear_replies();
 }
 END_TEST
 
@@ -924,20 +792,20 @@ END_TEST
  * group past it is refused, and a delete gives its world back. */
 START_TEST(test_max_ranks)
 {
-    s_reopen_with((rdzv_limits_t) { .max_ranks = 100 });
-    s_join(1, "a", 60, 0, "n", "s");
+    fx_reopen_with((rdzv_limits_t) { .max_ranks = 100 });
+    fx_join(1, "a", 60, 0, "n", "s");
     ck_assert_ptr_null(replies[1]);                  /* waits: world 60 held */
-    s_join(2, "b", 50, 0, "n", "s");
-    ck_assert_str_eq(s_error(2), RDZV_E_LIMIT);
+    fx_join(2, "b", 50, 0, "n", "s");
+    ck_assert_str_eq(fx_error(2), RDZV_E_LIMIT);
     ck_assert_ptr_nonnull(strstr(cJSON_GetObjectItem(cJSON_GetObjectItem(replies[2], "error"),
                                                      "message")->valuestring, "--max-ranks"));
-    s_join(3, "c", 40, 0, "n", "s");                 /* 100: at the budget */
+    fx_join(3, "c", 40, 0, "n", "s");                 /* 100: at the budget */
     ck_assert_ptr_null(replies[3]);
-    s_send(4, "{\"v\":1,\"op\":\"group_delete\",\"group\":\"a\"}");
-    s_clear_replies();
-    s_join(2, "b", 50, 0, "n", "s");
+    fx_send(4, "{\"v\":1,\"op\":\"group_delete\",\"group\":\"a\"}");
+    fx_clear_replies();
+    fx_join(2, "b", 50, 0, "n", "s");
     ck_assert_ptr_null(replies[2]);                  /* 90 now */
-    s_clear_replies();
+    fx_clear_replies();
 }
 END_TEST
 
@@ -948,26 +816,26 @@ END_TEST
  * the next newcomer that does not fit is refused. */
 START_TEST(test_connection_share)
 {
-    s_reopen_with((rdzv_limits_t) { .max_ranks = 100 });
-    s_join(1, "a", 30, 0, "n", "s");
+    fx_reopen_with((rdzv_limits_t) { .max_ranks = 100 });
+    fx_join(1, "a", 30, 0, "n", "s");
     now += 10;
-    s_join(1, "b", 30, 0, "n", "s");
+    fx_join(1, "b", 30, 0, "n", "s");
     ck_assert_ptr_null(replies[1]);                  /* both wait: 60 held by peer 1 */
-    s_join(2, "c", 50, 0, "n", "s");
+    fx_join(2, "c", 50, 0, "n", "s");
     ck_assert_ptr_null(replies[2]);                  /* taken: a gave its place */
-    ck_assert_str_eq(s_error(1), RDZV_E_LIMIT);
+    ck_assert_str_eq(fx_error(1), RDZV_E_LIMIT);
     ck_assert_ptr_nonnull(strstr(cJSON_GetObjectItem(cJSON_GetObjectItem(replies[1], "error"),
                                                      "message")->valuestring, "group a was"));
-    s_clear_replies();
-    s_send(4, "{\"v\":1,\"op\":\"status\",\"group\":\"a\"}");
-    ck_assert_str_eq(s_error(4), RDZV_E_NOT_FOUND);
-    s_join(3, "d", 30, 0, "n", "s");                 /* 110: b is peer 1's only group */
-    ck_assert_str_eq(s_error(3), RDZV_E_LIMIT);
+    fx_clear_replies();
+    fx_send(4, "{\"v\":1,\"op\":\"status\",\"group\":\"a\"}");
+    ck_assert_str_eq(fx_error(4), RDZV_E_NOT_FOUND);
+    fx_join(3, "d", 30, 0, "n", "s");                 /* 110: b is peer 1's only group */
+    ck_assert_str_eq(fx_error(3), RDZV_E_LIMIT);
     ck_assert_ptr_null(replies[1]);
-    s_clear_replies();
-    s_send(4, "{\"v\":1,\"op\":\"status\",\"group\":\"b\"}");
+    fx_clear_replies();
+    fx_send(4, "{\"v\":1,\"op\":\"status\",\"group\":\"b\"}");
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[4], "ok")));
-    s_clear_replies();
+    fx_clear_replies();
 }
 END_TEST
 
@@ -976,45 +844,45 @@ END_TEST
  * that formed, or where a rank waits, are kept. */
 START_TEST(test_forming_ttl)
 {
-    rdzv_config_t cfg = s_config();
+    rdzv_config_t cfg = fx_config();
     cfg.forming_ttl_ms = 1000;
-    s_reopen_cfg(cfg);
-    s_send(1, "{\"v\":1,\"op\":\"join\",\"group\":\"gone\",\"world\":4,\"rank\":0,"
+    fx_reopen_cfg(cfg);
+    fx_send(1, "{\"v\":1,\"op\":\"join\",\"group\":\"gone\",\"world\":4,\"rank\":0,"
               "\"host\":\"h\",\"node\":\"n\",\"session\":\"s\",\"timeout_ms\":100}");
-    s_join(2, "waits", 2, 0, "n", "s");              /* a waiter for 5 s */
-    s_join(3, "formed", 1, 0, "n", "s");
+    fx_join(2, "waits", 2, 0, "n", "s");              /* a waiter for 5 s */
+    fx_join(3, "formed", 1, 0, "n", "s");
     now += 200;
     drive_tick(core, now);                           /* gone's join timed out */
     now += 700;
     drive_tick(core, now);                           /* 900 ms since heard: kept */
-    s_send(5, "{\"v\":1,\"op\":\"status\",\"group\":\"gone\"}");
+    fx_send(5, "{\"v\":1,\"op\":\"status\",\"group\":\"gone\"}");
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[5], "ok")));
     now += 400;
     drive_tick(core, now);                           /* 1300 ms: expired */
-    s_collect();
-    s_send(5, "{\"v\":1,\"op\":\"status\",\"group\":\"gone\"}");
-    ck_assert_str_eq(s_error(5), RDZV_E_NOT_FOUND);
-    s_send(6, "{\"v\":1,\"op\":\"status\",\"group\":\"waits\"}");
+    fx_collect();
+    fx_send(5, "{\"v\":1,\"op\":\"status\",\"group\":\"gone\"}");
+    ck_assert_str_eq(fx_error(5), RDZV_E_NOT_FOUND);
+    fx_send(6, "{\"v\":1,\"op\":\"status\",\"group\":\"waits\"}");
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[6], "ok")));
-    s_send(7, "{\"v\":1,\"op\":\"status\",\"group\":\"formed\"}");
+    fx_send(7, "{\"v\":1,\"op\":\"status\",\"group\":\"formed\"}");
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[7], "ok")));
     /* Recorded: the restarted core agrees, and counts the loaded forming
      * group from its first tick, not from a time it never saw. */
-    s_reopen_cfg(cfg);
-    s_send(5, "{\"v\":1,\"op\":\"status\",\"group\":\"gone\"}");
-    ck_assert_str_eq(s_error(5), RDZV_E_NOT_FOUND);
+    fx_reopen_cfg(cfg);
+    fx_send(5, "{\"v\":1,\"op\":\"status\",\"group\":\"gone\"}");
+    ck_assert_str_eq(fx_error(5), RDZV_E_NOT_FOUND);
     now += 5000;                                     /* waits' waiter timed out long ago */
     drive_tick(core, now);
-    s_send(6, "{\"v\":1,\"op\":\"status\",\"group\":\"waits\"}");
+    fx_send(6, "{\"v\":1,\"op\":\"status\",\"group\":\"waits\"}");
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[6], "ok")));
     now += 1500;
     drive_tick(core, now);
-    s_collect();
-    s_send(6, "{\"v\":1,\"op\":\"status\",\"group\":\"waits\"}");
-    ck_assert_str_eq(s_error(6), RDZV_E_NOT_FOUND);
-    s_send(7, "{\"v\":1,\"op\":\"status\",\"group\":\"formed\"}");
+    fx_collect();
+    fx_send(6, "{\"v\":1,\"op\":\"status\",\"group\":\"waits\"}");
+    ck_assert_str_eq(fx_error(6), RDZV_E_NOT_FOUND);
+    fx_send(7, "{\"v\":1,\"op\":\"status\",\"group\":\"formed\"}");
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[7], "ok")));
-    s_clear_replies();
+    fx_clear_replies();
 }
 END_TEST
 
@@ -1022,15 +890,15 @@ END_TEST
  * 2000 groups of world 65536 with one rank each. */
 START_TEST(test_memory_follows_joined_ranks)
 {
-    rdzv_config_t cfg = s_config();
+    rdzv_config_t cfg = fx_config();
     cfg.max_world = 65536;
     cfg.limits.max_ranks = (int64_t) 1 << 40;
-    s_reopen_cfg(cfg);
+    fx_reopen_cfg(cfg);
     struct mallinfo2 before = mallinfo2();
     for (int i = 0; i < 2000; i++) {
         char group[32];
         snprintf(group, sizeof group, "big%d", i);
-        s_send(1, "{\"v\":1,\"op\":\"join\",\"group\":\"%s\",\"world\":65536,"
+        fx_send(1, "{\"v\":1,\"op\":\"join\",\"group\":\"%s\",\"world\":65536,"
                   "\"rank\":%d,\"host\":\"h\",\"node\":\"n\",\"session\":\"s\","
                   "\"timeout_ms\":1}", group, i * 31 % 65536);
     }
@@ -1038,29 +906,29 @@ START_TEST(test_memory_follows_joined_ranks)
     /* A slot per rank of the world was 512 KiB a group (1 GiB here). */
     ck_assert_msg(used < 2000 * 32 * 1024, "2000 one-rank groups of world 65536 hold %zu KiB",
                   used / 1024);
-    s_clear_replies();
+    fx_clear_replies();
 }
 END_TEST
 
 START_TEST(test_kv_overwrite_limit)
 {
-    s_reopen_with((rdzv_limits_t) { .max_kv_bytes = 10 });
-    s_join(0, "g", 1, 0, "n", "s0");
-    s_put(1, "k", "12345678");                       /* 9 of 10 bytes */
+    fx_reopen_with((rdzv_limits_t) { .max_kv_bytes = 10 });
+    fx_join(0, "g", 1, 0, "n", "s0");
+    fx_put(1, "k", "12345678");                       /* 9 of 10 bytes */
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[1], "ok")));
-    s_put(2, "k", "1234");
+    fx_put(2, "k", "1234");
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[2], "ok")));
-    s_put(3, "k", "123456789");                      /* exactly 10 */
+    fx_put(3, "k", "123456789");                      /* exactly 10 */
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[3], "ok")));
-    s_put(4, "k", "12345678");
+    fx_put(4, "k", "12345678");
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[4], "ok")));
-    s_put(5, "k", "1234567890");                     /* 11: over */
-    ck_assert_str_eq(s_error(5), RDZV_E_LIMIT);
-    s_put(6, "j", "x");                              /* 9 + 2: over */
-    ck_assert_str_eq(s_error(6), RDZV_E_LIMIT);
-    s_send(7, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\"}");
+    fx_put(5, "k", "1234567890");                     /* 11: over */
+    ck_assert_str_eq(fx_error(5), RDZV_E_LIMIT);
+    fx_put(6, "j", "x");                              /* 9 + 2: over */
+    ck_assert_str_eq(fx_error(6), RDZV_E_LIMIT);
+    fx_send(7, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\"}");
     ck_assert_str_eq(cJSON_GetObjectItem(replies[7], "value")->valuestring, "12345678");
-    s_clear_replies();
+    fx_clear_replies();
 }
 END_TEST
 
@@ -1068,16 +936,16 @@ END_TEST
  * also for a request that does not parse past its id. */
 START_TEST(test_rate_limited_reply_keeps_id)
 {
-    s_reopen_with((rdzv_limits_t) { .max_rps = 2 });
+    fx_reopen_with((rdzv_limits_t) { .max_rps = 2 });
     for (int i = 0; i < 2; i++)
-        s_send(1, "{\"v\":1,\"id\":%d,\"op\":\"status\"}", 10 + i);
-    s_send(1, "{\"v\":1,\"id\":42,\"op\":\"status\"}");
-    ck_assert_str_eq(s_error(1), RDZV_E_LIMIT);
-    ck_assert_int_eq(s_field(replies[1], "id"), 42);
-    s_send(1, "{\"v\":1,\"id\":43,\"op\":\"no_such_op\"}");
-    ck_assert_str_eq(s_error(1), RDZV_E_LIMIT);
-    ck_assert_int_eq(s_field(replies[1], "id"), 43);
-    s_clear_replies();
+        fx_send(1, "{\"v\":1,\"id\":%d,\"op\":\"status\"}", 10 + i);
+    fx_send(1, "{\"v\":1,\"id\":42,\"op\":\"status\"}");
+    ck_assert_str_eq(fx_error(1), RDZV_E_LIMIT);
+    ck_assert_int_eq(fx_field(replies[1], "id"), 42);
+    fx_send(1, "{\"v\":1,\"id\":43,\"op\":\"no_such_op\"}");
+    ck_assert_str_eq(fx_error(1), RDZV_E_LIMIT);
+    ck_assert_int_eq(fx_field(replies[1], "id"), 43);
+    fx_clear_replies();
 }
 END_TEST
 
@@ -1094,35 +962,35 @@ static const char *s_hex(char fill)
  * until rdzvd closes its stdin. */
 static void s_fake_helper(bool done)
 {
-    snprintf(helper, sizeof helper, "%s/nccl-root", dir);
-    FILE *f = fopen(helper, "w");
+    snprintf(nccl_helper, sizeof nccl_helper, "%s/nccl-root", dir);
+    FILE *f = fopen(nccl_helper, "w");
     ck_assert_ptr_nonnull(f);
     fprintf(f, "#!/bin/sh\ni=0\nwhile [ $i -lt \"$2\" ]; do printf '%%0256d\\n' $(($$ * 100 + i)); i=$((i+1)); done\n"
                "%s\nexec cat >/dev/null\n", done ? "echo done" : "");
     ck_assert_int_eq(fclose(f), 0);
-    ck_assert_int_eq(chmod(helper, 0755), 0);
-    s_reopen_with((rdzv_limits_t) { 0 });
+    ck_assert_int_eq(chmod(nccl_helper, 0755), 0);
+    fx_reopen_with((rdzv_limits_t) { 0 });
 }
 
 /* Forms group g of two server-made-ID ranks and puts k=v in epoch 1;
  * returns the epoch's ID (the caller frees it). */
 static char *s_form_server_group(void)
 {
-    s_join(0, "g", 2, 0, "n0", "s0");
-    s_join(1, "g", 2, 1, "n1", "s1");
-    ck_assert_int_eq(s_field(s_assignment(0), "epoch"), 1);
-    const char *id = cJSON_GetObjectItem(s_assignment(0), "nccl_unique_id")->valuestring;
+    fx_join(0, "g", 2, 0, "n0", "s0");
+    fx_join(1, "g", 2, 1, "n1", "s1");
+    ck_assert_int_eq(fx_field(fx_assignment(0), "epoch"), 1);
+    const char *id = cJSON_GetObjectItem(fx_assignment(0), "nccl_unique_id")->valuestring;
     ck_assert_ptr_nonnull(id);
     char *copy = strdup(id);
-    s_put(2, "k", "v");
+    fx_put(2, "k", "v");
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[2], "ok")));
-    s_clear_replies();
+    fx_clear_replies();
     return copy;
 }
 
 static const char *s_root_state(void)
 {
-    s_send(5, "{\"v\":1,\"op\":\"status\",\"group\":\"g\"}");
+    fx_send(5, "{\"v\":1,\"op\":\"status\",\"group\":\"g\"}");
     const cJSON *g = cJSON_GetArrayItem(cJSON_GetObjectItem(replies[5], "groups"), 0);
     ck_assert_ptr_nonnull(g);
     const cJSON *root = cJSON_GetObjectItem(g, "nccl_root");
@@ -1140,15 +1008,15 @@ START_TEST(test_restart_keeps_a_done_root_epoch)
         drive_tick(core, now);            /* reads the helper's "done" */
     }
     ck_assert_str_eq(s_root_state(), "done");
-    s_reopen_with((rdzv_limits_t) { 0 });
+    fx_reopen_with((rdzv_limits_t) { 0 });
     ck_assert_str_eq(s_root_state(), "done");
-    s_send(3, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\"}");
+    fx_send(3, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\"}");
     ck_assert_str_eq(cJSON_GetObjectItem(replies[3], "value")->valuestring, "v");
-    s_join(0, "g", 2, 0, "n0", "s0");
-    ck_assert_int_eq(s_field(s_assignment(0), "epoch"), 1);
-    ck_assert_str_eq(cJSON_GetObjectItem(s_assignment(0), "nccl_unique_id")->valuestring, before);
+    fx_join(0, "g", 2, 0, "n0", "s0");
+    ck_assert_int_eq(fx_field(fx_assignment(0), "epoch"), 1);
+    ck_assert_str_eq(cJSON_GetObjectItem(fx_assignment(0), "nccl_unique_id")->valuestring, before);
     free(before);
-    s_clear_replies();
+    fx_clear_replies();
 }
 END_TEST
 
@@ -1160,22 +1028,22 @@ START_TEST(test_restart_with_a_lost_root)
     s_fake_helper(false);
     char *before = s_form_server_group();
     ck_assert_str_eq(s_root_state(), "serving");
-    s_reopen_with((rdzv_limits_t) { 0 });
+    fx_reopen_with((rdzv_limits_t) { 0 });
     ck_assert_str_eq(s_root_state(), "lost");
-    s_send(3, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\"}");
+    fx_send(3, "{\"v\":1,\"op\":\"kv_get\",\"group\":\"g\",\"epoch\":1,\"key\":\"k\"}");
     ck_assert_str_eq(cJSON_GetObjectItem(replies[3], "value")->valuestring, "v");
-    s_send(4, "{\"v\":1,\"op\":\"heartbeat\",\"group\":\"g\",\"rank\":1,\"session\":\"s1\","
+    fx_send(4, "{\"v\":1,\"op\":\"heartbeat\",\"group\":\"g\",\"rank\":1,\"session\":\"s1\","
               "\"epoch\":1}");
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(replies[4], "ok")));
-    s_join(0, "g", 2, 0, "n0", "s0");
+    fx_join(0, "g", 2, 0, "n0", "s0");
     ck_assert_ptr_null(replies[0]);       /* waits for epoch 2 */
-    s_join(1, "g", 2, 1, "n1", "s1");
-    ck_assert_int_eq(s_field(s_assignment(0), "epoch"), 2);
-    ck_assert_int_eq(s_field(s_assignment(1), "epoch"), 2);
-    ck_assert_str_ne(cJSON_GetObjectItem(s_assignment(0), "nccl_unique_id")->valuestring, before);
+    fx_join(1, "g", 2, 1, "n1", "s1");
+    ck_assert_int_eq(fx_field(fx_assignment(0), "epoch"), 2);
+    ck_assert_int_eq(fx_field(fx_assignment(1), "epoch"), 2);
+    ck_assert_str_ne(cJSON_GetObjectItem(fx_assignment(0), "nccl_unique_id")->valuestring, before);
     free(before);
     ck_assert_str_eq(s_root_state(), "serving");
-    s_clear_replies();
+    fx_clear_replies();
 }
 END_TEST
 
@@ -1184,14 +1052,14 @@ END_TEST
  * addresses reuse numbers freely. */
 static void s_join_at(int who, const char *group, const char *host, const char *node)
 {
-    s_send(who, "{\"v\":1,\"op\":\"join\",\"group\":\"%s\",\"world\":1,\"rank\":0,"
-           "\"host\":\"%s\",\"node\":\"%s\",\"session\":\"s\"}", group, host, node);
+    fx_send(who, "{\"v\":1,\"op\":\"join\",\"group\":\"%s\",\"world\":1,\"rank\":0,"
+            "\"host\":\"%s\",\"node\":\"%s\",\"session\":\"s\"}", group, host, node);
 }
 
 static const cJSON *s_status_of(int who, const char *group)
 {
     drive_tick(core, now);                           /* the check runs at the tick */
-    s_send(who, "{\"v\":1,\"op\":\"status\",\"group\":\"%s\"}", group);
+    fx_send(who, "{\"v\":1,\"op\":\"status\",\"group\":\"%s\"}", group);
     return cJSON_GetArrayItem(cJSON_GetObjectItem(replies[who], "groups"), 0);
 }
 
@@ -1199,56 +1067,56 @@ START_TEST(test_overlapping_plans_on_one_host)
 {
     s_join_at(1, "a", "10.1.0.1", "pod-a");
     s_join_at(2, "b", "10.1.0.2", "pod-b");          /* another address: fine */
-    ck_assert_int_eq(s_field(s_assignment(1), "master_port"), 19500);
-    ck_assert_int_eq(s_field(s_assignment(2), "master_port"), 19500);
+    ck_assert_int_eq(fx_field(fx_assignment(1), "master_port"), 19500);
+    ck_assert_int_eq(fx_field(fx_assignment(2), "master_port"), 19500);
     ck_assert_ptr_null(cJSON_GetObjectItem(s_status_of(5, "b"), "plan_overlaps"));
     s_join_at(3, "c", "10.1.0.1", "pod-c");          /* a's address, another node name */
-    ck_assert_int_eq(s_field(s_assignment(3), "master_port"), 19500);
+    ck_assert_int_eq(fx_field(fx_assignment(3), "master_port"), 19500);
     const cJSON *o = cJSON_GetArrayItem(cJSON_GetObjectItem(s_status_of(5, "c"), "plan_overlaps"), 0);
     ck_assert_ptr_nonnull(o);
     ck_assert_str_eq(cJSON_GetObjectItem(o, "other_node")->valuestring, "pod-a");
     ck_assert_str_eq(cJSON_GetObjectItem(o, "other_group")->valuestring, "a");
     ck_assert_str_eq(cJSON_GetObjectItem(o, "host")->valuestring, "10.1.0.1");
     s_join_at(4, "d", "10.1.0.1", "pod-a");          /* the same node: a block of its own */
-    ck_assert_int_eq(s_field(s_assignment(4), "master_port"), 19532);
+    ck_assert_int_eq(fx_field(fx_assignment(4), "master_port"), 19532);
     ck_assert_ptr_null(cJSON_GetObjectItem(s_status_of(5, "d"), "plan_overlaps"));
-    s_clear_replies();
+    fx_clear_replies();
 }
 END_TEST
 
 START_TEST(test_rank0_mode)
 {
     /* Rank 1 creates the group in rank0 mode and waits for rank 0's IDs. */
-    s_send(1, "{\"v\":1,\"id\":1,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":1,"
-           "\"host\":\"h\",\"node\":\"b\",\"session\":\"s1\",\"nccl_id\":\"rank0\",\"nccl_ids\":2}");
+    fx_send(1, "{\"v\":1,\"id\":1,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":1,"
+            "\"host\":\"h\",\"node\":\"b\",\"session\":\"s1\",\"nccl_id\":\"rank0\",\"nccl_ids\":2}");
     ck_assert_ptr_null(replies[1]);
     /* Rank 0 without its IDs, or with the wrong count: refused, nothing joins. */
-    s_send(0, "{\"v\":1,\"id\":2,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":0,"
-           "\"host\":\"h\",\"node\":\"a\",\"session\":\"s0\"}");
-    ck_assert_str_eq(s_error(0), RDZV_E_BAD_REQUEST);
-    s_send(0, "{\"v\":1,\"id\":3,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":0,"
-           "\"host\":\"h\",\"node\":\"a\",\"session\":\"s0\",\"nccl_unique_ids_from_rank0\":[\"%s\"]}",
-           s_hex('a'));
-    ck_assert_str_eq(s_error(0), RDZV_E_BAD_REQUEST);
+    fx_send(0, "{\"v\":1,\"id\":2,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":0,"
+            "\"host\":\"h\",\"node\":\"a\",\"session\":\"s0\"}");
+    ck_assert_str_eq(fx_error(0), RDZV_E_BAD_REQUEST);
+    fx_send(0, "{\"v\":1,\"id\":3,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":0,"
+            "\"host\":\"h\",\"node\":\"a\",\"session\":\"s0\",\"nccl_unique_ids_from_rank0\":[\"%s\"]}",
+            s_hex('a'));
+    ck_assert_str_eq(fx_error(0), RDZV_E_BAD_REQUEST);
     ck_assert_ptr_null(replies[1]);
-    s_clear_replies();
+    fx_clear_replies();
     char ids[600];
     snprintf(ids, sizeof ids, "[\"%s\",", s_hex('a'));
     snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "\"%s\"]", s_hex('b'));
-    s_send(0, "{\"v\":1,\"id\":4,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":0,"
-           "\"host\":\"h\",\"node\":\"a\",\"session\":\"s0\",\"nccl_unique_ids_from_rank0\":%s}", ids);
+    fx_send(0, "{\"v\":1,\"id\":4,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":0,"
+            "\"host\":\"h\",\"node\":\"a\",\"session\":\"s0\",\"nccl_unique_ids_from_rank0\":%s}", ids);
     for (int r = 0; r < 2; r++) {
-        const cJSON *a = s_assignment(r);
+        const cJSON *a = fx_assignment(r);
         ck_assert_str_eq(cJSON_GetObjectItem(a, "nccl_unique_id")->valuestring, s_hex('a'));
         const cJSON *all = cJSON_GetObjectItem(a, "nccl_unique_ids");
         ck_assert_int_eq(cJSON_GetArraySize(all), 2);
         ck_assert_str_eq(cJSON_GetArrayItem(all, 1)->valuestring, s_hex('b'));
     }
     /* Only rank 0 brings IDs. */
-    s_send(2, "{\"v\":1,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":1,\"host\":\"h\","
-           "\"node\":\"b\",\"session\":\"s1\",\"nccl_unique_ids_from_rank0\":%s}", ids);
-    ck_assert_str_eq(s_error(2), RDZV_E_BAD_REQUEST);
-    s_clear_replies();
+    fx_send(2, "{\"v\":1,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":1,\"host\":\"h\","
+            "\"node\":\"b\",\"session\":\"s1\",\"nccl_unique_ids_from_rank0\":%s}", ids);
+    ck_assert_str_eq(fx_error(2), RDZV_E_BAD_REQUEST);
+    fx_clear_replies();
 }
 END_TEST
 
@@ -1256,7 +1124,7 @@ int main(void)
 {
     Suite *s = suite_create("core");
     TCase *tc = tcase_create("rdzv_core_handle");
-    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_checked_fixture(tc, fx_setup, fx_teardown);
     tcase_add_test(tc, test_barrier_and_assignment);
     tcase_add_test(tc, test_plans_do_not_depend_on_join_order);
     tcase_add_test(tc, test_separate_nodes_share_numbers);
