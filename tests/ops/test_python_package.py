@@ -2,13 +2,14 @@
 """The rdzv Python package against a real rdzvd on loopback: ranks joining
 from threads, every field of the JSON assignment, KV, status, heartbeat,
 refusals as exceptions with the server's code, `python -m rdzv join`, and
-the torchrun entry point. TAP.
+the torchrun entry point. One line per case (rdzvtest).
 
     test_python_package.py --rdzvd PATH [--expect-libdir DIR]
 
-Run from the source tree (PYTHONPATH=python, RDZV_LIBRARY=the built
-librdzv) or, under `env -i`, by a venv's python that has the package
-installed; --expect-libdir then checks where librdzv was found."""
+Run from the source tree (PYTHONPATH=python:tests/lib, RDZV_LIBRARY=the
+built librdzv) or, under `env -i`, by a venv's python that has the package
+installed (python_package_test.sh); --expect-libdir then checks where
+librdzv was found."""
 import argparse
 import importlib.metadata
 import json
@@ -23,8 +24,11 @@ import rdzv
 import rdzv._library
 from rdzv.errors import ERR_REFUSED, ERR_TIMEOUT, ERR_USAGE
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-import rdzvtest  # noqa: E402
+try:
+    import rdzvtest
+except ImportError:     # python_package_test.sh: a venv under env -i, no PYTHONPATH on purpose
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+    import rdzvtest
 
 CASES = []
 
@@ -335,21 +339,10 @@ def main():
     p.add_argument("--expect-libdir")
     ARGS = p.parse_args()
     srv = Server()
-    print(f"1..{len(CASES)}")
-    failed = 0
     try:
-        for i, fn in enumerate(CASES, 1):
-            try:
-                fn(srv)
-                print(f"ok {i} - {fn.__name__}")
-            except rdzvtest.Skip as e:
-                print(f"ok {i} - {fn.__name__} # SKIP {e}")
-            except Exception as e:  # a failing case must not stop the others
-                failed += 1
-                print(f"not ok {i} - {fn.__name__}\n# {type(e).__name__}: {e}")
+        return rdzvtest.run([(fn.__name__, fn) for fn in CASES], srv)
     finally:
         srv.close()
-    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """rdzvd --http end to end, on loopback: the probes, /metrics after two ranks
-joined, and /v1/groups equal to what `rdzv status` prints. TAP. Needs RDZVD,
-and RDZV; the ranks join through `rdzv join`, so this runs under the
-sanitizers too."""
+joined, and /v1/groups equal to what `rdzv status` prints. One line per
+check (rdzvtest). Needs RDZVD and RDZV; the ranks join through `rdzv join`,
+so this runs under the sanitizers too."""
 import json
 import os
 import subprocess
@@ -11,9 +11,8 @@ import tempfile
 import urllib.error
 import urllib.request
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-import rdzvtest  # noqa: E402
-from rdzvtest import free_port  # noqa: E402
+import rdzvtest
+from rdzvtest import free_port
 
 
 def get(port, path):
@@ -36,26 +35,26 @@ def main():
     rdzvd = os.environ["RDZVD"]
     help_text = subprocess.run([rdzvd, "--help"], capture_output=True, text=True).stdout
     if "--http" not in help_text:
-        print("1..0 # SKIP rdzvd has no --http")
-        return 0
+        return rdzvtest.skip_all("rdzvd has no --http")
     tmp = tempfile.TemporaryDirectory()
     port = free_port()
     d = rdzvtest.Rdzvd(rdzvd, tmp.name, "--no-nccl", "--http", f"127.0.0.1:{port}", start=False)
-    checks = []
+    report = rdzvtest.Report()
     try:
         endpoint = d.start()
-        checks.append(("healthz and readyz answer 200", get(port, "/healthz")[0] == 200
-                       and get(port, "/readyz")[0] == 200))
+        report.ok(get(port, "/healthz")[0] == 200 and get(port, "/readyz")[0] == 200,
+                  "healthz and readyz answer 200")
 
         joins = [subprocess.Popen([os.environ["RDZV"], "join", "--server", endpoint, "--group",
                                    "web", "--world", "2", "--rank", str(r), "--timeout", "20"],
                                   stdout=subprocess.DEVNULL) for r in (0, 1)]
-        checks.append(("two ranks joined", all(j.wait(30) == 0 for j in joins)))
+        report.ok(all(j.wait(30) == 0 for j in joins), "two ranks joined")
         status, text = get(port, "/metrics")
-        checks.append(("metrics count the two assignments", status == 200
-                       and sample(text, "rdzv_assignments_total") == 2
-                       and sample(text, "rdzv_groups") == 1
-                       and sample(text, "rdzv_join_to_assignment_seconds_count") == 2))
+        report.ok(status == 200
+                  and sample(text, "rdzv_assignments_total") == 2
+                  and sample(text, "rdzv_groups") == 1
+                  and sample(text, "rdzv_join_to_assignment_seconds_count") == 2,
+                  "metrics count the two assignments")
 
         cli = subprocess.run([os.environ["RDZV"], "status", "--json", "--server", endpoint],
                              capture_output=True, text=True, timeout=20, check=True).stdout
@@ -65,22 +64,18 @@ def main():
         for g in want["groups"]:
             g.pop("nccl_unique_id", None)
             g["nccl_unique_ids_redacted"] = len(g.pop("nccl_unique_ids", []))
-        checks.append(("/v1/groups is what rdzv status prints, NCCL IDs redacted",
-                       status == 200 and json.loads(body) == want
-                       and '"nccl_unique_id"' not in body))
+        report.ok(status == 200 and json.loads(body) == want and '"nccl_unique_id"' not in body,
+                  "/v1/groups is what rdzv status prints, NCCL IDs redacted")
         status, body = get(port, "/v1/groups/web")
-        checks.append(("/v1/groups/web is the group", status == 200
-                       and json.loads(body)["groups"][0]["joined"] == [0, 1]))
+        report.ok(status == 200 and json.loads(body)["groups"][0]["joined"] == [0, 1],
+                  "/v1/groups/web is the group")
         status, body = get(port, "/v1/groups/none")
-        checks.append(("an unknown group is 404 not_found", status == 404
-                       and json.loads(body)["error"]["code"] == "not_found"))
+        report.ok(status == 404 and json.loads(body)["error"]["code"] == "not_found",
+                  "an unknown group is 404 not_found")
     finally:
         d.stop()
         tmp.cleanup()
-    print(f"1..{len(checks)}")
-    for i, (name, good) in enumerate(checks, 1):
-        print(f"{'ok' if good else 'not ok'} {i} - {name}")
-    return 0 if all(good for _, good in checks) else 1
+    return report.done()
 
 
 if __name__ == "__main__":
