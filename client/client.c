@@ -175,15 +175,15 @@ static cJSON *s_built(cJSON *req, bool ok)
 }
 
 /* A request envelope; NULL only when out of memory. */
-static cJSON *s_request(const char *op)
+static cJSON *s_request(rdzv_op_t op)
 {
     cJSON *req = cJSON_CreateObject();
     return s_built(req, req && cJSON_AddNumberToObject(req, "v", RDZV_PROTO_VERSION)
-                            && cJSON_AddStringToObject(req, "op", op));
+                            && cJSON_AddStringToObject(req, "op", rdzv_op_name(op)));
 }
 
 /* A request envelope with "group", and "epoch" when epoch >= 0. */
-static cJSON *s_scoped(const char *op, const char *group, int64_t epoch)
+static cJSON *s_scoped(rdzv_op_t op, const char *group, int64_t epoch)
 {
     cJSON *req = s_request(op);
     return s_built(req, req && cJSON_AddStringToObject(req, "group", group)
@@ -285,7 +285,7 @@ RDZV_EXPORT int rdzv_heartbeat(rdzv_client_t *self, const char *group, int rank,
         return rc;
     if (rank < 0 || epoch < 1)
         return s_fail(self, RDZV_ERR_USAGE, "rank must be >= 0 and epoch >= 1");
-    cJSON *req = s_scoped("heartbeat", group, epoch);
+    cJSON *req = s_scoped(RDZV_OP_HEARTBEAT, group, epoch);
     req = s_built(req, req && cJSON_AddNumberToObject(req, "rank", rank)
                            && cJSON_AddStringToObject(req, "session", self->session));
     cJSON *reply;
@@ -338,7 +338,7 @@ RDZV_EXPORT int rdzv_kv_put(rdzv_client_t *self, const char *group, int64_t epoc
                       RDZV_MAX_VALUE);
     if (!rdzv_utf8_valid(value, strlen(value)))
         return s_fail(self, RDZV_ERR_USAGE, "value must be UTF-8 text");
-    cJSON *req = s_scoped("kv_put", group, epoch);
+    cJSON *req = s_scoped(RDZV_OP_KV_PUT, group, epoch);
     req = s_built(req, req && cJSON_AddStringToObject(req, "key", key)
                            && cJSON_AddStringToObject(req, "value", value));
     cJSON *reply;
@@ -355,7 +355,7 @@ RDZV_EXPORT int rdzv_kv_get(rdzv_client_t *self, const char *group, int64_t epoc
         return rc;
     if (!value_out)
         return s_fail(self, RDZV_ERR_USAGE, "value_out is NULL");
-    cJSON *req = s_scoped("kv_get", group, epoch);
+    cJSON *req = s_scoped(RDZV_OP_KV_GET, group, epoch);
     req = s_built(req, req && cJSON_AddStringToObject(req, "key", key));
     cJSON *reply;
     rc = s_call_short(self, req, &reply);
@@ -374,7 +374,7 @@ RDZV_EXPORT int rdzv_kv_wait(rdzv_client_t *self, const char *group, int64_t epo
         timeout_ms = RDZV_DEFAULT_TIMEOUT_MS;
     if (timeout_ms > RDZV_MAX_TIMEOUT_MS)
         return s_fail(self, RDZV_ERR_USAGE, "timeout above %d ms", RDZV_MAX_TIMEOUT_MS);
-    cJSON *req = s_scoped("kv_wait", group, epoch);
+    cJSON *req = s_scoped(RDZV_OP_KV_WAIT, group, epoch);
     req = s_built(req, req && cJSON_AddStringToObject(req, "key", key)
                            && cJSON_AddNumberToObject(req, "timeout_ms", timeout_ms));
     cJSON *reply;
@@ -392,7 +392,7 @@ RDZV_EXPORT int rdzv_status(rdzv_client_t *self, const char *group, char **json_
         return rc;
     if (!json_out)
         return s_fail(self, RDZV_ERR_USAGE, "json_out is NULL");
-    cJSON *req = group ? s_scoped("status", group, -1) : s_request("status");
+    cJSON *req = group ? s_scoped(RDZV_OP_STATUS, group, -1) : s_request(RDZV_OP_STATUS);
     cJSON *reply;
     rc = s_call_short(self, req, &reply);
     if (rc != RDZV_OK)
@@ -414,7 +414,7 @@ RDZV_EXPORT int rdzv_group_delete(rdzv_client_t *self, const char *group)
     if (rc != RDZV_OK)
         return rc;
     cJSON *reply;
-    rc = s_call_short(self, s_scoped("group_delete", group, -1), &reply);
+    rc = s_call_short(self, s_scoped(RDZV_OP_GROUP_DELETE, group, -1), &reply);
     cJSON_Delete(reply);
     return rc;
 }
@@ -537,7 +537,7 @@ static cJSON *s_join_request(const rdzv_client_t *self, const rdzv_join_args_t *
                              const char *host, const char *node, int timeout_ms,
                              const char *nccl_id, int nccl_ids, bool rank0_ids)
 {
-    cJSON *req = s_scoped("join", a->group, -1);
+    cJSON *req = s_scoped(RDZV_OP_JOIN, a->group, -1);
     return s_built(req, req && cJSON_AddNumberToObject(req, "world", a->world)
                             && cJSON_AddNumberToObject(req, "rank", a->rank)
                             && cJSON_AddStringToObject(req, "host", host)

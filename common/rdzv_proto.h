@@ -3,6 +3,8 @@
 #ifndef RDZV_PROTO_H
 #define RDZV_PROTO_H
 
+#include <stddef.h>
+
 #define RDZV_PROTO_VERSION        1
 /* The same as text, for replies formatted without a JSON library. */
 #define RDZV_PROTO_STR_(v)        #v
@@ -18,6 +20,36 @@
 #define RDZV_DEFAULT_TIMEOUT_MS   60000
 #define RDZV_MAX_TIMEOUT_MS       86400000
 
+/* The operations, listed once for rdzvd's parser and librdzv's requests:
+ * X(NAME, wire) gives enum value RDZV_OP_NAME and its "op" on the wire.
+ * A new op added here makes -Wswitch name every switch that must handle it. */
+#define RDZV_OPS(X)                     \
+    X(JOIN, "join")                     \
+    X(HEARTBEAT, "heartbeat")           \
+    X(STATUS, "status")                 \
+    X(KV_PUT, "kv_put")                 \
+    X(KV_GET, "kv_get")                 \
+    X(KV_WAIT, "kv_wait")               \
+    X(GROUP_DELETE, "group_delete")
+
+#define RDZV_OP_ENUM_(name, wire) RDZV_OP_##name,
+typedef enum { RDZV_OPS(RDZV_OP_ENUM_) } rdzv_op_t;
+#undef RDZV_OP_ENUM_
+
+/* Outside rdzv_op_t, so that no switch over ops has to name it. */
+#define RDZV_OP_ONE_(name, wire) +1
+enum { RDZV_OP_COUNT = 0 RDZV_OPS(RDZV_OP_ONE_) };
+#undef RDZV_OP_ONE_
+
+/* op's wire name; NULL for a value that is no op. */
+static inline const char *rdzv_op_name(rdzv_op_t op)
+{
+#define RDZV_OP_NAME_(name, wire) [RDZV_OP_##name] = wire,
+    static const char *const names[RDZV_OP_COUNT] = { RDZV_OPS(RDZV_OP_NAME_) };
+#undef RDZV_OP_NAME_
+    return (unsigned) op < RDZV_OP_COUNT ? names[op] : NULL;
+}
+
 #define RDZV_DEFAULT_ENDPOINT     "tcp://127.0.0.1:29400"
 #define RDZV_DEFAULT_PORT         29400          /* of an endpoint given as a bare host */
 #define RDZV_DEFAULT_BIND         "tcp://*:29400"
@@ -28,19 +60,21 @@
 
 /* Named ports: the fixed place of each role in a plan of K ports from P
  * (docs/concepts.md). The group's store and DP RPC ports are those of
- * rank 0's plan; every rank probes in its own plan from the probe offset.
- * P+2..P+9 stay unnamed because vLLM's get_open_port() skips the ten ports
- * from VLLM_DP_MASTER_PORT (the store): a scan that started there would
- * never return. Plans too short for that put the probe pool after the two
+ * rank 0's plan; every rank serves its engine's HTTP API on its own plan's
+ * api port and probes in its own plan from the probe offset. P+3..P+9 stay
+ * unnamed because vLLM's get_open_port() skips the ten ports from
+ * VLLM_DP_MASTER_PORT (the store): a scan that started there would never
+ * return. Plans too short for that put the probe pool after the three
  * roles (rdzvd warns). */
 #define RDZV_ROLE_STORE           0
 #define RDZV_ROLE_DP_RPC          1
+#define RDZV_ROLE_API             2
 #define RDZV_PROBE_OFFSET         10
-#define RDZV_MIN_PORTS_PER_RANK   3       /* the two roles and one probe port */
+#define RDZV_MIN_PORTS_PER_RANK   4       /* the three roles and one probe port */
 
 static inline int rdzv_probe_offset(int ports_per_rank)
 {
-    return ports_per_rank >= RDZV_PROBE_OFFSET + 2 ? RDZV_PROBE_OFFSET : RDZV_ROLE_DP_RPC + 1;
+    return ports_per_rank >= RDZV_PROBE_OFFSET + 2 ? RDZV_PROBE_OFFSET : RDZV_ROLE_API + 1;
 }
 
 /* Error codes, as they appear in {"error":{"code":...}}. */

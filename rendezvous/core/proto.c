@@ -13,21 +13,6 @@
 #define S_ECHO_MAX 64
 #define S_KEYS_ON_STACK 32
 
-typedef struct {
-    const char *name;
-    rdzv_op_t op;
-} s_op_name_t;
-
-static const s_op_name_t s_ops[] = {
-    { "join", RDZV_OP_JOIN },
-    { "heartbeat", RDZV_OP_HEARTBEAT },
-    { "status", RDZV_OP_STATUS },
-    { "kv_put", RDZV_OP_KV_PUT },
-    { "kv_get", RDZV_OP_KV_GET },
-    { "kv_wait", RDZV_OP_KV_WAIT },
-    { "group_delete", RDZV_OP_GROUP_DELETE },
-};
-
 /* Field fetchers: each returns 0, or -1 with *code and msg set. */
 typedef struct {
     const cJSON *root;
@@ -200,9 +185,11 @@ static int s_parse_op(s_ctx_t *c, rdzv_request_t *r)
     const cJSON *op = cJSON_GetObjectItemCaseSensitive(c->root, "op");
     if (!cJSON_IsString(op))
         return s_fail(c, RDZV_E_UNKNOWN_OP, "%s", "field \"op\" must name an operation");
-    for (size_t i = 0; i < sizeof s_ops / sizeof s_ops[0]; i++)
-        if (strcmp(op->valuestring, s_ops[i].name) == 0) {
-            r->op = s_ops[i].op;
+    /* Only a value of the table becomes r->op: every switch over ops can
+     * trust it. */
+    for (int i = 0; i < RDZV_OP_COUNT; i++)
+        if (strcmp(op->valuestring, rdzv_op_name((rdzv_op_t) i)) == 0) {
+            r->op = (rdzv_op_t) i;
             return 0;
         }
     return s_fail(c, RDZV_E_UNKNOWN_OP, "unknown op \"%.*s\"",

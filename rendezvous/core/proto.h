@@ -9,15 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum {
-    RDZV_OP_JOIN,
-    RDZV_OP_HEARTBEAT,
-    RDZV_OP_STATUS,
-    RDZV_OP_KV_PUT,
-    RDZV_OP_KV_GET,
-    RDZV_OP_KV_WAIT,
-    RDZV_OP_GROUP_DELETE,
-} rdzv_op_t;
+#include "rdzv_proto.h"        /* rdzv_op_t */
 
 typedef struct {
     rdzv_op_t op;
