@@ -364,10 +364,6 @@ START_TEST(test_status)
 }
 END_TEST
 
-/* Compaction runs once the file passes --compact-mib, then not again until
- * it has doubled. Before, it ran at every commit after the first (journal
- * offsets only grow), and a state bigger than the limit would stay bigger
- * after each rewrite. */
 /* Commits until the compaction in flight, if any, is in place: its thread
  * writes the snapshot while requests go on. */
 static void s_settle_compaction(void)
@@ -379,6 +375,10 @@ static void s_settle_compaction(void)
     ck_assert_ptr_null(core->compaction);
 }
 
+/* Compaction runs once the file passes --compact-mib, then not again until
+ * it has doubled. Before, it ran at every commit after the first (journal
+ * offsets only grow), and a state bigger than the limit would stay bigger
+ * after each rewrite. */
 START_TEST(test_compaction_not_every_commit)
 {
     rdzv_core_destroy(&core);
@@ -754,8 +754,6 @@ START_TEST(test_join_refused_for_waits_makes_no_group)
 }
 END_TEST
 
-/* Overwriting a key frees its old value: the limit counts what the group
- * holds after the put, up to and including the limit itself. */
 /* Beside each group's limit, one for all groups together: counted across
  * overwrites, new epochs and deletes, and rebuilt the same by replay. */
 START_TEST(test_kv_total_limit)
@@ -910,6 +908,8 @@ START_TEST(test_memory_follows_joined_ranks)
 }
 END_TEST
 
+/* Overwriting a key frees its old value: the limit counts what the group
+ * holds after the put, up to and including the limit itself. */
 START_TEST(test_kv_overwrite_limit)
 {
     fx_reopen_with((rdzv_limits_t) { .max_kv_bytes = 10 });
@@ -958,8 +958,8 @@ static const char *s_hex(char fill)
 }
 
 /* A helper speaking rdzv-nccl-root's protocol: count IDs of 256 hex
- * digits (its pid in them: each helper's differ), then "done" (every rank reached the root) if done, and it lives
- * until rdzvd closes its stdin. */
+ * digits (its pid in them: each helper's differ), then "done" (every rank
+ * reached the root) if done, and it lives until rdzvd closes its stdin. */
 static void s_fake_helper(bool done)
 {
     snprintf(nccl_helper, sizeof nccl_helper, "%s/nccl-root", dir);
