@@ -61,6 +61,14 @@ void fx_teardown(void)
     ck_assert_int_eq(system(cmd), 0);
 }
 
+TCase *fx_tcase(Suite *s, const char *name)
+{
+    TCase *tc = tcase_create(name);
+    tcase_add_checked_fixture(tc, fx_setup, fx_teardown);
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
 void fx_clear_replies(void)
 {
     for (int i = 0; i < FX_PEERS; i++) {

@@ -25,6 +25,8 @@ extern cJSON *replies[FX_PEERS];
 
 void fx_setup(void);
 void fx_teardown(void);
+/* A test case named for its area, added to s with the fixture. */
+TCase *fx_tcase(Suite *s, const char *name);
 
 /* The configuration fx_setup opens with: ports 19500 on, 32 a rank, 8 blocks. */
 rdzv_config_t fx_config(void);
