@@ -171,6 +171,8 @@ int rdzv_state_apply(void *arg, const cJSON *json)
     if (!g)
         return -1;
     switch (rec.kind) {
+    case RDZV_REC_GROUP:         /* applied above: it makes the group looked up */
+        return -1;
     case RDZV_REC_JOIN: return s_apply_join(self, g, &rec);
     case RDZV_REC_EPOCH: return s_apply_epoch(self, g, &rec);
     case RDZV_REC_COMPLETE: return s_apply_complete(g, &rec);
@@ -186,7 +188,6 @@ int rdzv_state_apply(void *arg, const cJSON *json)
     case RDZV_REC_DELETE:
         rdzv_state_remove_group(self, rec.group);
         return 0;
-    default:
-        return -1;
     }
+    return -1;                   /* no kind: rdzv_record_read refuses it */
 }

@@ -299,63 +299,109 @@ static void s_handle_heartbeat(rdzv_batch_t *self, const rdzv_peer_t *peer,
     rdzv_batch_reply(self, peer, rdzv_reply_epoch(req->id, g->epoch));
 }
 
-static void s_handle_kv(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
+/* The group a kv request names, at the request's epoch; NULL with the
+ * refusal queued. */
+static rdzv_group_t *s_kv_group(rdzv_batch_t *self, const rdzv_peer_t *peer,
+                                const rdzv_request_t *req)
 {
     rdzv_group_t *g = s_existing(self, peer, req->group);
-    if (!g || !s_epoch_ok(self, peer, g, req->epoch))
+    return g && s_epoch_ok(self, peer, g, req->epoch) ? g : NULL;
+}
+
+/* Whether putting req's key fits the limits with old, the key's value
+ * now (NULL if none), freed; the refusal queued if not. */
+static bool s_kv_room(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_group_t *g,
+                      const rdzv_request_t *req, const char *old_value)
+{
+    /* An overwrite frees the old value: count the group without it. */
+    uint64_t old = old_value ? strlen(req->key) + strlen(old_value) : 0;
+    uint64_t put = strlen(req->key) + strlen(req->value);
+    const rdzv_limits_t *lim = &self->cfg->limits;
+    if (self->state->kv_bytes - old + put > lim->max_kv_total_bytes) {
+        rdzv_batch_error(self, peer, RDZV_E_LIMIT, "rdzvd holds %llu KV bytes in all groups; "
+                         "the limit is %llu", (unsigned long long) self->state->kv_bytes,
+                         (unsigned long long) lim->max_kv_total_bytes);
+        return false;
+    }
+    uint64_t others = g->kv_bytes - old;
+    if (others + put > lim->max_kv_bytes) {
+        rdzv_batch_error(self, peer, RDZV_E_LIMIT, "group %s holds %llu KV bytes; the limit is %llu",
+                        g->name, (unsigned long long) g->kv_bytes,
+                        (unsigned long long) self->cfg->limits.max_kv_bytes);
+        return false;
+    }
+    return true;
+}
+
+/* Answers, with value, every kv_wait of g on key. */
+static void s_wake_kv_waiters(rdzv_batch_t *self, rdzv_group_t *g, const char *key,
+                              const char *value)
+{
+    rdzv_kv_waiter_t *w = zlistx_first(g->kv_waiters);
+    while (w) {
+        void *handle = zlistx_cursor(g->kv_waiters);
+        rdzv_kv_waiter_t *next = zlistx_next(g->kv_waiters);
+        if (strcmp(w->key, key) == 0) {
+            rdzv_batch_reply(self, &w->peer, rdzv_reply_value(w->peer.req, value));
+            zlistx_delete(g->kv_waiters, handle);
+        }
+        w = next;
+    }
+}
+
+static void s_handle_kv_put(rdzv_batch_t *self, const rdzv_peer_t *peer,
+                            const rdzv_request_t *req)
+{
+    rdzv_group_t *g = s_kv_group(self, peer, req);
+    if (!g || !s_kv_room(self, peer, g, req, rdzv_group_kv(g, req->key)))
+        return;
+    cJSON *rec = rdzv_record_kv(g->name, g->epoch, req->key, req->value);
+    if (rdzv_batch_record(self, rec) < 0) {
+        rdzv_batch_error(self, peer, RDZV_E_INTERNAL, "cannot record key %s", req->key);
+        return;
+    }
+    rdzv_batch_reply(self, peer, rdzv_reply_ok(req->id));
+    s_wake_kv_waiters(self, g, req->key, rdzv_group_kv(g, req->key));
+}
+
+static void s_handle_kv_get(rdzv_batch_t *self, const rdzv_peer_t *peer,
+                            const rdzv_request_t *req)
+{
+    rdzv_group_t *g = s_kv_group(self, peer, req);
+    if (!g)
         return;
     const char *value = rdzv_group_kv(g, req->key);
-    if (req->op == RDZV_OP_KV_PUT) {
-        /* An overwrite frees the old value: count the group without it. */
-        uint64_t old = value ? strlen(req->key) + strlen(value) : 0;
-        uint64_t put = strlen(req->key) + strlen(req->value);
-        const rdzv_limits_t *lim = &self->cfg->limits;
-        if (self->state->kv_bytes - old + put > lim->max_kv_total_bytes) {
-            rdzv_batch_error(self, peer, RDZV_E_LIMIT, "rdzvd holds %llu KV bytes in all groups; "
-                             "the limit is %llu", (unsigned long long) self->state->kv_bytes,
-                             (unsigned long long) lim->max_kv_total_bytes);
-            return;
-        }
-        uint64_t others = g->kv_bytes - old;
-        if (others + put > lim->max_kv_bytes) {
-            rdzv_batch_error(self, peer, RDZV_E_LIMIT, "group %s holds %llu KV bytes; the limit is %llu",
-                            g->name, (unsigned long long) g->kv_bytes,
-                            (unsigned long long) self->cfg->limits.max_kv_bytes);
-            return;
-        }
-        cJSON *rec = rdzv_record_kv(g->name, g->epoch, req->key, req->value);
-        if (rdzv_batch_record(self, rec) < 0) {
-            rdzv_batch_error(self, peer, RDZV_E_INTERNAL, "cannot record key %s", req->key);
-            return;
-        }
-        rdzv_batch_reply(self, peer, rdzv_reply_ok(req->id));
-        value = rdzv_group_kv(g, req->key);
-        rdzv_kv_waiter_t *w = zlistx_first(g->kv_waiters);
-        while (w) {
-            void *handle = zlistx_cursor(g->kv_waiters);
-            rdzv_kv_waiter_t *next = zlistx_next(g->kv_waiters);
-            if (strcmp(w->key, req->key) == 0) {
-                rdzv_batch_reply(self, &w->peer, rdzv_reply_value(w->peer.req, value));
-                zlistx_delete(g->kv_waiters, handle);
-            }
-            w = next;
-        }
-    } else if (value)
+    if (value)
         rdzv_batch_reply(self, peer, rdzv_reply_value(req->id, value));
-    else if (req->op == RDZV_OP_KV_GET)
+    else
         rdzv_batch_error(self, peer, RDZV_E_NOT_FOUND, "no key %s in group %s epoch %lld",
                         req->key, g->name, (long long) g->epoch);
-    else if (rdzv_batch_wait_ok(self, peer)) {
-        rdzv_kv_waiter_t *w = calloc(1, sizeof *w);
-        if (!w || !(w->key = strdup(req->key))) {
-            free(w);
-            rdzv_batch_error(self, peer, RDZV_E_INTERNAL, "out of memory");
-            return;
-        }
-        rdzv_peer_copy(&w->peer, peer);
-        w->deadline_ms = self->now_ms + req->timeout_ms;
-        zlistx_add_end(g->kv_waiters, w);
+}
+
+/* Answers at once if the key is there, else waits for its put (or the
+ * tick's timeout). */
+static void s_handle_kv_wait(rdzv_batch_t *self, const rdzv_peer_t *peer,
+                             const rdzv_request_t *req)
+{
+    rdzv_group_t *g = s_kv_group(self, peer, req);
+    if (!g)
+        return;
+    const char *value = rdzv_group_kv(g, req->key);
+    if (value) {
+        rdzv_batch_reply(self, peer, rdzv_reply_value(req->id, value));
+        return;
     }
+    if (!rdzv_batch_wait_ok(self, peer))
+        return;
+    rdzv_kv_waiter_t *w = calloc(1, sizeof *w);
+    if (!w || !(w->key = strdup(req->key))) {
+        free(w);
+        rdzv_batch_error(self, peer, RDZV_E_INTERNAL, "out of memory");
+        return;
+    }
+    rdzv_peer_copy(&w->peer, peer);
+    w->deadline_ms = self->now_ms + req->timeout_ms;
+    zlistx_add_end(g->kv_waiters, w);
 }
 
 /* A plan overlap names the other group, its node and rank: under --tokens
@@ -433,9 +479,13 @@ void rdzv_handle_request(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv
         s_handle_delete(self, peer, req);
         break;
     case RDZV_OP_KV_PUT:
+        s_handle_kv_put(self, peer, req);
+        break;
     case RDZV_OP_KV_GET:
+        s_handle_kv_get(self, peer, req);
+        break;
     case RDZV_OP_KV_WAIT:
-        s_handle_kv(self, peer, req);
+        s_handle_kv_wait(self, peer, req);
         break;
     }
 }

@@ -172,9 +172,13 @@ static int s_parse_fields(s_ctx_t *c, int max_world, rdzv_request_t *r)
         return s_string(c, "group", false, true, &r->group);
     case RDZV_OP_GROUP_DELETE:
         return s_string(c, "group", true, true, &r->group);
-    default:
+    case RDZV_OP_KV_PUT:
+    case RDZV_OP_KV_GET:
+    case RDZV_OP_KV_WAIT:
         return s_parse_kv(c, r);
     }
+    /* s_parse_op sets only ops of RDZV_OPS: a value here is a bug, refused. */
+    return s_fail(c, RDZV_E_UNKNOWN_OP, "op %d has no parser", (int) r->op);
 }
 
 static int s_parse_op(s_ctx_t *c, rdzv_request_t *r)

@@ -110,7 +110,11 @@ int rdzv_record_read(const cJSON *rec, rdzv_record_t *out)
     while (k < S_KINDS && strcmp(kind, s_kinds[k]) != 0)
         k++;
     out->kind = (rdzv_record_kind_t) k;
-    switch (k) {
+    /* A kind this rdzvd does not know (a newer one's journal) is refused
+     * here, so the switch below sees only values of the enum. */
+    if (k == S_KINDS)
+        return -1;
+    switch (out->kind) {
     case RDZV_REC_GROUP: return s_read_group(rec, out);
     case RDZV_REC_JOIN: return s_read_join(rec, out);
     case RDZV_REC_EPOCH: return s_num(rec, "epoch", &out->u.complete.epoch);
@@ -125,8 +129,8 @@ int rdzv_record_read(const cJSON *rec, rdzv_record_t *out)
     case RDZV_REC_PLAN: return s_read_plan(rec, out);
     case RDZV_REC_KV: return s_read_kv(rec, out);
     case RDZV_REC_DELETE: return 0;
-    default: return -1;
     }
+    return -1;                   /* no kind: refused above */
 }
 
 /* --- writing --- */
