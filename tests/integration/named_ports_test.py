@@ -5,8 +5,8 @@ Pods are: every rank gets the documented port of each role (docs/concepts.md,
 in PATH.env alike. Under the shim, rank 0's engine binds the store and DP RPC
 ports, each engine runs vLLM's two kinds of scan from VLLM_PORT, and the
 agents' status shows who holds what: no listener of one role sits on the
-port of another, and no scan reaches a role's port. TAP. Needs RDZVD, RDZV
-and RDZV_SHIM."""
+port of another, and no scan reaches a role's port. One line per check
+(rdzvtest). Needs RDZVD, RDZV and RDZV_SHIM."""
 import json
 import os
 import shlex
@@ -14,8 +14,7 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-import rdzvtest  # noqa: E402
+import rdzvtest
 
 WORLD = 4
 PER_RANK = 32
@@ -79,10 +78,10 @@ def main():
     base = 24000 + os.getpid() % 40 * 128
     d = rdzvtest.Rdzvd(rdzvd, tmp.name, "--no-nccl", "--port-base", str(base),
                        "--ports-per-rank", str(PER_RANK), "--port-limit", str(base + 1024))
-    checks = []
+    report = rdzvtest.Report()
 
     def check(what, cond, detail=""):
-        checks.append((what, bool(cond), detail))
+        report.ok(cond, what, detail)
 
     try:
         socks = [os.path.join(tmp.name, "a%d.sock" % r) for r in range(WORLD)]
@@ -101,7 +100,7 @@ def main():
             if line:
                 engines[r] = json.loads(line[-1][len("ENGINE "):])
         if len(engines) != WORLD:
-            return report(checks)
+            return report.done()
 
         plans = {r: [int(p) for p in e["RDZV_PORTS"].split(",")] for r, e in engines.items()}
         store, rpc = plans[0][0], plans[0][1]
@@ -168,19 +167,7 @@ def main():
             solo.wait(timeout=20)
     finally:
         d.stop()
-    return report(checks)
-
-
-def report(checks):
-    print("1..%d" % len(checks))
-    failed = 0
-    for i, (what, ok, detail) in enumerate(checks, 1):
-        print("%s %d - %s" % ("ok" if ok else "not ok", i, what))
-        if not ok:
-            failed += 1
-            for line in str(detail).splitlines()[-10:]:
-                print("# " + line)
-    return 1 if failed else 0
+    return report.done()
 
 
 if __name__ == "__main__":

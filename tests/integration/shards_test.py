@@ -5,7 +5,8 @@ the shard that completed the group to the shards owning the connections),
 /metrics counting requests per shard, a second rdzvd on the same port
 refused instead of silently splitting the clients, clients that chose their
 own ROUTER identities (up to 255 bytes) answered, and --shards with an
-endpoint that cannot be sharded refused. TAP. Needs RDZVD and RDZV."""
+endpoint that cannot be sharded refused. One line per check (rdzvtest).
+Needs RDZVD and RDZV."""
 import json
 import os
 import shutil
@@ -16,9 +17,8 @@ import tempfile
 import time
 import urllib.request
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-import rdzvtest  # noqa: E402
-from rdzvtest import Fail, free_port  # noqa: E402
+import rdzvtest
+from rdzvtest import Fail, free_port
 
 SHARDS = 4
 LISTENERS = 6
@@ -144,10 +144,10 @@ def main():
     d = rdzvtest.Rdzvd(rdzvd, tmp.name, "--shards", str(SHARDS), "--listeners", str(LISTENERS),
                        "--no-nccl", "--http", f"127.0.0.1:{http_port}", bind=endpoint,
                        start=False)
-    checks = []
+    report = rdzvtest.Report()
     try:
-        checks.append(("rdzvd starts with --shards %d" % SHARDS, started(d)))
-        checks.append(("%d listeners on the one port" % LISTENERS, listeners(port) == LISTENERS))
+        report.ok(started(d), "rdzvd starts with --shards %d" % SHARDS)
+        report.ok(listeners(port) == LISTENERS, "%d listeners on the one port" % LISTENERS)
 
         # Every rank its own process and connection, all at once.
         joins = [subprocess.Popen([rdzv, "join", "--server", endpoint, "--group", "g",
@@ -157,63 +157,59 @@ def main():
                  for r in range(RANKS)]
         results = [(j.wait(timeout=90), j.stdout.read()) for j in joins]
         got = [json.loads(out) for rc, out in results if rc == 0 and out.strip()]
-        checks.append(("all %d ranks got an assignment" % RANKS, len(got) == RANKS))
-        checks.append(("each got its own rank, one master, epoch 1",
-                       sorted(a["rank"] for a in got) == list(range(RANKS))
-                       and len({(a["master_addr"], a["master_port"], a["epoch"]) for a in got}) == 1))
+        report.ok(len(got) == RANKS, "all %d ranks got an assignment" % RANKS)
+        report.ok(sorted(a["rank"] for a in got) == list(range(RANKS))
+                  and len({(a["master_addr"], a["master_port"], a["epoch"]) for a in got}) == 1,
+                  "each got its own rank, one master, epoch 1")
 
         counts = shard_requests(http_port)
         used = [s for s, n in counts.items() if n > 0]
-        checks.append(("requests came in on more than one shard (%s)" % counts, len(used) > 1))
-        checks.append(("no shard beyond --shards", all(0 <= s < SHARDS for s in counts)))
-        checks.append(("per-shard counts add up to the joins",
-                       sum(counts.values()) >= RANKS))
+        report.ok(len(used) > 1, "requests came in on more than one shard (%s)" % counts)
+        report.ok(all(0 <= s < SHARDS for s in counts), "no shard beyond --shards")
+        report.ok(sum(counts.values()) >= RANKS, "per-shard counts add up to the joins")
 
         second = subprocess.run([rdzvd, "--bind", endpoint, "--state-dir",
                                  os.path.join(tmp.name, "state2"), "--no-nccl"],
                                 capture_output=True, text=True, timeout=20)
-        checks.append(("a second rdzvd on the port is refused",
-                       second.returncode != 0 and "Address already in use" in second.stderr))
-        checks.append(("and the port still has only the first rdzvd's listeners",
-                       listeners(port) == LISTENERS))
+        report.ok(second.returncode != 0 and "Address already in use" in second.stderr,
+                  "a second rdzvd on the port is refused")
+        report.ok(listeners(port) == LISTENERS,
+                  "and the port still has only the first rdzvd's listeners")
         own = own_identities(endpoint)
-        checks.append(("clients with their own identities of 5, 16, 17 and 255 bytes answered"
-                       + (" # SKIP no pyzmq" if own is None else ""), own is not False))
+        what = "clients with their own identities of 5, 16, 17 and 255 bytes answered"
+        if own is None:
+            report.skip(what, "no pyzmq")
+        else:
+            report.ok(own, what)
         status = subprocess.run([rdzv, "status", "--json", "--server", endpoint, "--group", "g"],
                                 capture_output=True, text=True, timeout=20)
-        checks.append(("the first rdzvd still serves", status.returncode == 0
-                       and '"g"' in status.stdout))
+        report.ok(status.returncode == 0 and '"g"' in status.stdout, "the first rdzvd still serves")
 
         ipc = subprocess.run([rdzvd, "--bind", "ipc://" + os.path.join(tmp.name, "sock"),
                               "--shards", "2", "--state-dir", os.path.join(tmp.name, "state3"),
                               "--no-nccl"], capture_output=True, text=True, timeout=20)
-        checks.append(("--shards 2 with an ipc endpoint is refused",
-                       ipc.returncode != 0 and "tcp://ADDRESS:PORT" in ipc.stderr))
+        report.ok(ipc.returncode != 0 and "tcp://ADDRESS:PORT" in ipc.stderr,
+                  "--shards 2 with an ipc endpoint is refused")
         bad = subprocess.run([rdzvd, "--shards", "0"], capture_output=True, text=True, timeout=20)
-        checks.append(("--shards 0 is a usage error", bad.returncode == 2))
+        report.ok(bad.returncode == 2, "--shards 0 is a usage error")
         few = subprocess.run([rdzvd, "--bind", "tcp://127.0.0.1:0", "--shards", "4", "--listeners",
                               "2", "--state-dir", os.path.join(tmp.name, "state4"), "--no-nccl"],
                              capture_output=True, text=True, timeout=20)
-        checks.append(("fewer listeners than shards is refused",
-                       few.returncode != 0 and "--listeners" in few.stderr))
+        report.ok(few.returncode != 0 and "--listeners" in few.stderr,
+                  "fewer listeners than shards is refused")
         if shutil.which("taskset"):
-            checks.append(("pinned to one CPU, rdzvd starts 1 shard, 8 listeners, 1 I/O thread",
-                           "shards=1 listeners=8 io_threads=1"
-                           in start_line(rdzvd, tmp.name,
-                                         ["taskset", "-c", str(min(os.sched_getaffinity(0)))])))
+            cpu = str(min(os.sched_getaffinity(0)))
+            pinned = start_line(rdzvd, tmp.name, ["taskset", "-c", cpu])
+            report.ok("shards=1 listeners=8 io_threads=1" in pinned,
+                      "pinned to one CPU, rdzvd starts 1 shard, 8 listeners, 1 I/O thread")
         if have_ipv6_loopback():
-            checks.append(("an IPv6 endpoint with 2 shards serves 4 ranks",
-                           ipv6_group(rdzvd, rdzv, tmp.name)))
+            report.ok(ipv6_group(rdzvd, rdzv, tmp.name),
+                      "an IPv6 endpoint with 2 shards serves 4 ranks")
     finally:
-        checks.append(("rdzvd with shards stops on SIGTERM", d.stop() == 0))
-    print("1..%d" % len(checks))
-    failed = 0
-    for i, (name, ok) in enumerate(checks, 1):
-        print("%s %d - %s" % ("ok" if ok else "not ok", i, name))
-        failed += not ok
-    if failed:
-        sys.stdout.write("".join("# " + line for line in d.log().splitlines(True)[-20:]))
-    return 1 if failed else 0
+        report.ok(d.stop() == 0, "rdzvd with shards stops on SIGTERM")
+    if report.failed:
+        rdzvtest.note("".join(d.log().splitlines(True)[-20:]))
+    return report.done()
 
 
 if __name__ == "__main__":
