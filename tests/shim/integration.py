@@ -11,8 +11,8 @@ The cases are in cases_leases.py (probes, listeners, what the engine leaves
 behind, stalls and races), cases_lifecycle.py (epochs, CMD, signals,
 deleted groups), cases_reserve.py (ports already taken when the agent
 reserves) and cases_closed.py (no agent to reach: fail closed); the harness
-is pod.py.
-Exit 0 pass, 1 fail, 77 skip."""
+is pod.py. One line for the case and exit 0 pass, 1 fail, 77 skip
+(rdzvtest)."""
 import signal
 import sys
 
@@ -34,7 +34,8 @@ from cases_reserve import (case_reserve_beside_listener, case_reserve_live_holde
                            case_reserve_lock_answers, case_reserve_squatted_lock,
                            case_reserve_squatter_leaves, case_reserve_time_wait,
                            case_reserve_time_wait_plain, case_reserve_went_round)
-from pod import case_options, run_pod_case, verdict
+import rdzvtest
+from pod import case_options, run_pod_case
 
 POD_CASES = {
     "probe_scan": case_probe_scan,
@@ -105,8 +106,8 @@ def main():
         return 0
     index = CASES.index(opts.case)
     if opts.case in OWN_CASES:
-        return verdict(opts.case, lambda: OWN_CASES[opts.case](opts, index))
-    return verdict(opts.case, lambda: run_pod_case(opts, index, POD_CASES[opts.case]))
+        return rdzvtest.run([(opts.case, lambda: OWN_CASES[opts.case](opts, index))])
+    return rdzvtest.run([(opts.case, lambda: run_pod_case(opts, index, POD_CASES[opts.case]))])
 
 
 if __name__ == "__main__":

@@ -7,13 +7,14 @@ agent and shim (helpers from pod.py).
     lease_test.py CASE --rdzvd EXE --rdzv EXE --shim SO --listener EXE
 
 Ranges from 26200 up, apart from integration.py's and the fault tests'.
-Exit 0 pass, 1 fail, 77 skip."""
+One line for the case and exit 0 pass, 1 fail, 77 skip (rdzvtest)."""
 import os
 import socket
 import subprocess
 import sys
 
 import pod
+import rdzvtest
 from pod import check
 
 pod.BASE = 26200
@@ -150,8 +151,8 @@ def main():
     if opts is None:
         return 0
     index = list(CASES).index(opts.case)
-    return pod.verdict(opts.case, lambda: pod.run_pod_case(
-        opts, index, CASES[opts.case], **pod_args(opts.case, opts)))
+    return rdzvtest.run([(opts.case, lambda: pod.run_pod_case(
+        opts, index, CASES[opts.case], **pod_args(opts.case, opts)))])
 
 if __name__ == "__main__":
     sys.exit(main())

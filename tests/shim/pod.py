@@ -2,7 +2,7 @@
 """The harness of the shim's integration cases (integration.py, lease_test.py):
 a Pod is a real rdzvd and one real `rdzv agent` on a managed range of the
 case's own (BASE + SPAN * index), with the snippets programs under the shim
-run, and the runner's command line and verdicts."""
+run, and the runner's command line."""
 import argparse
 import json
 import os
@@ -13,16 +13,14 @@ import sys
 import tempfile
 import textwrap
 
+import rdzvtest
+from rdzvtest import Fail, Skip, check  # noqa: F401 (the cases import them from here)
+
 PY = "/usr/bin/python3"
 BASE = 27000
 SPAN = 16
 PER_RANK = 8
 WAIT_S = 20
-
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-import rdzvtest  # noqa: E402
-from rdzvtest import Fail, Skip, check  # noqa: E402,F401
 
 
 def wait_for(pred, what, timeout=WAIT_S):
@@ -165,16 +163,11 @@ def refused(port):
 
 def case_options(cases):
     """The command line of this runner and lease_test.py: CASE and the
-    paths of what it runs; None once CASE "list" has printed the cases."""
+    paths of what it runs; None once `list` has printed the cases."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("case", choices=list(cases) + ["list"])
     for path in ("--rdzvd", "--rdzv", "--shim", "--listener", "--close-race"):
         ap.add_argument(path)
-    opts = ap.parse_args()
-    if opts.case == "list":
-        print("\n".join(cases))
-        return None
-    return opts
+    return rdzvtest.choose(cases, ap)
 
 
 def run_pod_case(opts, index, case, **pod_args):
@@ -183,22 +176,8 @@ def run_pod_case(opts, index, case, **pod_args):
     try:
         case(pod)
         pod.stop_agent()
-    except Fail:
+    except Exception:
         sys.stderr.write("--- agent log ---\n" + open(pod.agent_log).read())
         raise
     finally:
         pod.close()
-
-
-def verdict(name, run):
-    """Runs run(); PASS (0), SKIP (77, meson's skip) or FAIL (1) for name."""
-    try:
-        run()
-    except Skip as e:
-        print("SKIP:", e)
-        return 77
-    except Fail as e:
-        print("FAIL %s: %s" % (name, e))
-        return 1
-    print("PASS", name)
-    return 0
