@@ -22,7 +22,7 @@ Cases:
                  its epoch (status "retired"), also across a restart
   no_leaks       200 epochs (world-1 group, a new session each join): rdzvd's
                  threads and fds do not grow, and at most one helper lives
-Exit: 0 pass, 1 fail, 77 skip.
+One line for the case and exit 0 pass, 1 fail, 77 skip (rdzvtest).
 """
 
 import argparse
@@ -36,9 +36,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-import rdzvtest  # noqa: E402
-from rdzvtest import Fail, check  # noqa: E402
+import rdzvtest
+from rdzvtest import Fail, check
 
 ID_HEX = 256
 
@@ -352,7 +351,7 @@ def case_no_leaks(args, work):
         time.sleep(0.5)
         threads1, fds1 = d.counts()
         helpers = d.helpers()
-        print(f"200 epochs in {took:.1f} s; threads {threads0} -> {threads1}, "
+        rdzvtest.note(f"200 epochs in {took:.1f} s; threads {threads0} -> {threads1}, "
               f"fds {fds0} -> {fds1}, helpers alive {len(helpers)}")
         check(last >= 210, f"only {last} epochs")
         check(threads1 <= threads0, f"threads grew: {threads0} -> {threads1}")
@@ -365,31 +364,34 @@ def case_no_leaks(args, work):
 CASES = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
-def main(argv):
+def run_case(args, work):
+    """The case in work; a failure says the tail of rdzvd's log too."""
+    try:
+        CASES[args.case](args, work)
+    except Fail as e:
+        log = os.path.join(work, "rdzvd.log")
+        if os.path.exists(log):
+            e.args = (f"{e}\n--- rdzvd.log (tail)\n" + "".join(open(log).readlines()[-20:]),)
+        raise
+
+
+def main():
     p = argparse.ArgumentParser()
-    p.add_argument("case", choices=sorted(CASES))
     p.add_argument("--rdzvd", required=True)
     p.add_argument("--helper", required=True)
     p.add_argument("--rdzv", required=True)
     p.add_argument("--nccl-lib", required=True)
     p.add_argument("--shim", default="")
     p.add_argument("--getid", default="")
-    args = p.parse_args(argv)
+    args = rdzvtest.choose(sorted(CASES), p)
+    if args is None:
+        return 0
     work = tempfile.mkdtemp(prefix="rdzv-nccl-")
     try:
-        CASES[args.case](args, work)
-    except Fail as e:
-        print(f"FAIL {args.case}: {e}")
-        log = os.path.join(work, "rdzvd.log")
-        if os.path.exists(log):
-            print("--- rdzvd.log (tail)")
-            print("".join(open(log).readlines()[-20:]))
-        return 1
+        return rdzvtest.run([(args.case, lambda: run_case(args, work))])
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"PASS {args.case}")
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())
