@@ -10,7 +10,7 @@ import tempfile
 import time
 
 from pod import PROBE, PY, WAIT_S, Fail, Pod, Skip, check, wait_for
-import rdzvtest  # noqa: E402  (pod puts tests/lib on the path)
+import rdzvtest
 
 
 def case_new_engine_epoch(pod):
