@@ -1,10 +1,8 @@
-/* The rendezvous state machine driven without sockets, through core.h's
- * sequence: requests in, replies out. Each test is one rule of
- * docs/protocol.md. */
+/* The core's NCCL unique IDs: brought by rank 0 (rank0 mode), or made by
+ * the server's rdzv-nccl-root helper, whose state a restart keeps or reports
+ * lost. */
 #include "check_run.h"
 #include <check.h>
-#include <malloc.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +18,42 @@ static const char *s_hex(char fill)
     hex[256] = '\0';
     return hex;
 }
+
+START_TEST(test_rank0_mode)
+{
+    /* Rank 1 creates the group in rank0 mode and waits for rank 0's IDs. */
+    fx_send(1, "{\"v\":1,\"id\":1,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":1,"
+            "\"host\":\"h\",\"node\":\"b\",\"session\":\"s1\",\"nccl_id\":\"rank0\",\"nccl_ids\":2}");
+    ck_assert_ptr_null(replies[1]);
+    /* Rank 0 without its IDs, or with the wrong count: refused, nothing joins. */
+    fx_send(0, "{\"v\":1,\"id\":2,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":0,"
+            "\"host\":\"h\",\"node\":\"a\",\"session\":\"s0\"}");
+    ck_assert_str_eq(fx_error(0), RDZV_E_BAD_REQUEST);
+    fx_send(0, "{\"v\":1,\"id\":3,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":0,"
+            "\"host\":\"h\",\"node\":\"a\",\"session\":\"s0\",\"nccl_unique_ids_from_rank0\":[\"%s\"]}",
+            s_hex('a'));
+    ck_assert_str_eq(fx_error(0), RDZV_E_BAD_REQUEST);
+    ck_assert_ptr_null(replies[1]);
+    fx_clear_replies();
+    char ids[600];
+    snprintf(ids, sizeof ids, "[\"%s\",", s_hex('a'));
+    snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "\"%s\"]", s_hex('b'));
+    fx_send(0, "{\"v\":1,\"id\":4,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":0,"
+            "\"host\":\"h\",\"node\":\"a\",\"session\":\"s0\",\"nccl_unique_ids_from_rank0\":%s}", ids);
+    for (int r = 0; r < 2; r++) {
+        const cJSON *a = fx_assignment(r);
+        ck_assert_str_eq(cJSON_GetObjectItem(a, "nccl_unique_id")->valuestring, s_hex('a'));
+        const cJSON *all = cJSON_GetObjectItem(a, "nccl_unique_ids");
+        ck_assert_int_eq(cJSON_GetArraySize(all), 2);
+        ck_assert_str_eq(cJSON_GetArrayItem(all, 1)->valuestring, s_hex('b'));
+    }
+    /* Only rank 0 brings IDs. */
+    fx_send(2, "{\"v\":1,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":1,\"host\":\"h\","
+            "\"node\":\"b\",\"session\":\"s1\",\"nccl_unique_ids_from_rank0\":%s}", ids);
+    ck_assert_str_eq(fx_error(2), RDZV_E_BAD_REQUEST);
+    fx_clear_replies();
+}
+END_TEST
 
 /* A helper speaking rdzv-nccl-root's protocol: count IDs of 256 hex
  * digits (its pid in them: each helper's differ), then "done" (every rank
@@ -111,50 +145,13 @@ START_TEST(test_restart_with_a_lost_root)
 }
 END_TEST
 
-START_TEST(test_rank0_mode)
-{
-    /* Rank 1 creates the group in rank0 mode and waits for rank 0's IDs. */
-    fx_send(1, "{\"v\":1,\"id\":1,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":1,"
-            "\"host\":\"h\",\"node\":\"b\",\"session\":\"s1\",\"nccl_id\":\"rank0\",\"nccl_ids\":2}");
-    ck_assert_ptr_null(replies[1]);
-    /* Rank 0 without its IDs, or with the wrong count: refused, nothing joins. */
-    fx_send(0, "{\"v\":1,\"id\":2,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":0,"
-            "\"host\":\"h\",\"node\":\"a\",\"session\":\"s0\"}");
-    ck_assert_str_eq(fx_error(0), RDZV_E_BAD_REQUEST);
-    fx_send(0, "{\"v\":1,\"id\":3,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":0,"
-            "\"host\":\"h\",\"node\":\"a\",\"session\":\"s0\",\"nccl_unique_ids_from_rank0\":[\"%s\"]}",
-            s_hex('a'));
-    ck_assert_str_eq(fx_error(0), RDZV_E_BAD_REQUEST);
-    ck_assert_ptr_null(replies[1]);
-    fx_clear_replies();
-    char ids[600];
-    snprintf(ids, sizeof ids, "[\"%s\",", s_hex('a'));
-    snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "\"%s\"]", s_hex('b'));
-    fx_send(0, "{\"v\":1,\"id\":4,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":0,"
-            "\"host\":\"h\",\"node\":\"a\",\"session\":\"s0\",\"nccl_unique_ids_from_rank0\":%s}", ids);
-    for (int r = 0; r < 2; r++) {
-        const cJSON *a = fx_assignment(r);
-        ck_assert_str_eq(cJSON_GetObjectItem(a, "nccl_unique_id")->valuestring, s_hex('a'));
-        const cJSON *all = cJSON_GetObjectItem(a, "nccl_unique_ids");
-        ck_assert_int_eq(cJSON_GetArraySize(all), 2);
-        ck_assert_str_eq(cJSON_GetArrayItem(all, 1)->valuestring, s_hex('b'));
-    }
-    /* Only rank 0 brings IDs. */
-    fx_send(2, "{\"v\":1,\"op\":\"join\",\"group\":\"r0\",\"world\":2,\"rank\":1,\"host\":\"h\","
-            "\"node\":\"b\",\"session\":\"s1\",\"nccl_unique_ids_from_rank0\":%s}", ids);
-    ck_assert_str_eq(fx_error(2), RDZV_E_BAD_REQUEST);
-    fx_clear_replies();
-}
-END_TEST
-
 int main(void)
 {
-    Suite *s = suite_create("core");
-    TCase *tc = tcase_create("rdzv_core_handle");
-    tcase_add_checked_fixture(tc, fx_setup, fx_teardown);
-    tcase_add_test(tc, test_rank0_mode);
-    tcase_add_test(tc, test_restart_keeps_a_done_root_epoch);
-    tcase_add_test(tc, test_restart_with_a_lost_root);
-    suite_add_tcase(s, tc);
+    Suite *s = suite_create("core_nccl");
+    TCase *rank0 = fx_tcase(s, "rank0");
+    tcase_add_test(rank0, test_rank0_mode);
+    TCase *nccl_root = fx_tcase(s, "nccl_root");
+    tcase_add_test(nccl_root, test_restart_keeps_a_done_root_epoch);
+    tcase_add_test(nccl_root, test_restart_with_a_lost_root);
     return rdzv_check_run(s);
 }
