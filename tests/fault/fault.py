@@ -6,23 +6,29 @@ shim (docs/reliability.md tells what each case showed).
     fault.py list
 
 Each case starts its own rdzvd on an ephemeral loopback port with a state
-dir of its own. Output: TAP (one plan line, ok/not ok lines, # notes with
-figures). Exit 0 pass, 1 fail; a case that cannot run here prints
-"1..0 # SKIP reason" and exits 0 (meson's TAP protocol reads it as a
-skip). Stdlib only: the ZMTP bytes of the half-message cases are written by
-hand. The cases live by family in fault_journal.py, fault_network.py and
-fault_agent.py; what they share in faultlib.py."""
+dir of its own. Output (tests/lib/rdzvtest): a TAP line per check, # notes
+with figures; exit 0 pass, 1 fail, 77 when the case cannot run here
+("1..0 # SKIP reason"). Stdlib only: the ZMTP bytes of the half-message
+cases are written by hand. The cases live by family in fault_journal.py,
+fault_network.py and fault_agent.py; what they share in faultlib.py."""
 import argparse
+import os
 import sys
 
-import fault_agent
-import fault_http
-import fault_journal
-import fault_network
-import fault_quota
-import fault_readers
-import fault_storm
-from faultlib import TAP, Fail, Skip
+try:
+    import rdzvtest
+except ImportError:     # run by hand (docs/reliability.md): meson's PYTHONPATH is not set
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+    import rdzvtest
+
+import fault_agent  # noqa: E402
+import fault_http  # noqa: E402
+import fault_journal  # noqa: E402
+import fault_network  # noqa: E402
+import fault_quota  # noqa: E402
+import fault_readers  # noqa: E402
+import fault_storm  # noqa: E402
+from faultlib import TAP  # noqa: E402
 
 CASES = {
     "torn_tail": fault_journal.case_torn_tail,
@@ -57,31 +63,16 @@ CASES = {
 
 
 def main():
-    if len(sys.argv) == 2 and sys.argv[1] == "list":
-        print("\n".join(CASES))
-        return 0
     ap = argparse.ArgumentParser()
-    ap.add_argument("case", choices=sorted(CASES))
     ap.add_argument("--rdzvd", required=True)
     ap.add_argument("--rdzv", required=True)
     ap.add_argument("--shim")
-    opts = ap.parse_args()
-    print("TAP version 13", flush=True)
-    try:
+    opts = rdzvtest.choose(CASES, ap)
+    if opts is None:
+        return 0
+    with TAP:       # a Fail or crash ends the case as a failed check; Skip skips the rest
         CASES[opts.case](opts)
-    except Skip as e:
-        if TAP.n == 0:
-            print("1..0 # SKIP %s" % e, flush=True)
-            return 0
-        TAP.note("skipped the rest: %s" % e)
-    except Fail as e:
-        TAP.ok(False, str(e))
-    except Exception as e:          # noqa: BLE001: a crash of the driver is a failure
-        import traceback
-        TAP.ok(False, "driver error: %r" % e)
-        TAP.note(traceback.format_exc())
-    print("1..%d" % TAP.n, flush=True)
-    return 1 if TAP.failed else 0
+    return TAP.done()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""What every fault case uses: TAP output, a real rdzvd on an ephemeral
-loopback port (Server), the rdzv CLI, the journal's record format, keys.
-Imported by fault.py and the fault_*.py case modules."""
+"""What every fault case uses: the report its checks go to (TAP, an
+rdzvtest.Report), a real rdzvd on a loopback port (Server), the rdzv CLI,
+the journal's record format, keys. Imported by fault.py and the fault_*.py
+case modules."""
 import json
 import os
 import re
@@ -9,10 +10,12 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 import zlib
+
+import rdzvtest
+from rdzvtest import Fail, Skip, check, wait_for  # noqa: F401 (the cases import them from here)
 
 
 PY = "/usr/bin/python3"
@@ -20,30 +23,8 @@ BASE = 25000          # managed ports of these cases: [25000, 26000)
 LIMIT = 26000
 WAIT_S = 20
 
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-from rdzvtest import Fail, Skip, check, wait_for  # noqa: E402,F401
-import rdzvtest  # noqa: E402
-
-
-class Tap:
-    def __init__(self):
-        self.n = 0
-        self.failed = 0
-
-    def ok(self, cond, what):
-        self.n += 1
-        print("%s %d - %s" % ("ok" if cond else "not ok", self.n, what), flush=True)
-        if not cond:
-            self.failed += 1
-        return cond
-
-    def note(self, text):
-        for line in str(text).splitlines():
-            print("# " + line, flush=True)
-
-
-TAP = Tap()
+# The case's checks, one line each: TAP.ok(cond, what), TAP.note(text).
+TAP = rdzvtest.Report()
 
 
 # --- rdzvd and the CLI -------------------------------------------------------

@@ -8,9 +8,10 @@ forming group. The expected state beside it is what that rdzvd answered
 after a restart on the same journal.
 
     journal_compat.py check --rdzvd EXE --rdzv EXE FIXTURE
-    journal_compat.py write --rdzvd OLD_EXE --rdzv OLD_EXE FIXTURE   (made the fixture)
+    PYTHONPATH=tests/lib journal_compat.py write --rdzvd OLD_EXE --rdzv OLD_EXE FIXTURE
+        (made the fixture)
 
-Exit 0 pass, 1 fail."""
+check is one case (tests/lib/rdzvtest): a TAP line, exit 0 pass, 1 fail."""
 import argparse
 import gzip
 import hashlib
@@ -21,8 +22,8 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-import rdzvtest  # noqa: E402
+import rdzvtest
+from rdzvtest import Fail
 
 FLAGS = ["--no-nccl", "--port-base", "24000", "--port-limit", "26000", "--ports-per-rank", "4",
          "--compact-mib", "1"]
@@ -79,23 +80,41 @@ def main():
     ap.add_argument("--rdzv", required=True)
     ap.add_argument("fixture", help="the .gz journal; FIXTURE.expected.json beside it")
     opts = ap.parse_args()
-    expected_path = opts.fixture[:-len(".gz")] + ".expected.json"
+    if opts.mode == "write":
+        return write(opts)
+    return rdzvtest.run([("replays as rdzvd 825b195 did, before and after compaction",
+                          lambda: check(opts))])
+
+
+def expected_path(opts):
+    return opts.fixture[:-len(".gz")] + ".expected.json"
+
+
+def replayed(opts, tmp):
+    """The state an rdzvd rebuilds from the fixture, in tmp/state."""
+    state = os.path.join(tmp, "state")
+    os.mkdir(state, 0o700)
+    with gzip.open(opts.fixture) as src, open(os.path.join(state, "journal"), "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return state, with_rdzvd(opts, state, lambda ep: state_of(opts, ep))
+
+
+def write(opts):
     with tempfile.TemporaryDirectory(prefix="rdzv-compat-") as tmp:
-        state = os.path.join(tmp, "state")
-        os.mkdir(state, 0o700)
-        with gzip.open(opts.fixture) as src, open(os.path.join(state, "journal"), "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        got = with_rdzvd(opts, state, lambda ep: state_of(opts, ep))
-        if opts.mode == "write":
-            with open(expected_path, "w") as f:
-                json.dump(got, f, indent=1, sort_keys=True)
-                f.write("\n")
-            print("wrote", expected_path)
-            return 0
-        with open(expected_path) as f:
-            want = json.load(f)
-        if not same(got, want, "replayed"):
-            return 1
+        _, got = replayed(opts, tmp)
+    with open(expected_path(opts), "w") as f:
+        json.dump(got, f, indent=1, sort_keys=True)
+        f.write("\n")
+    print("wrote", expected_path(opts))
+    return 0
+
+
+def check(opts):
+    with open(expected_path(opts)) as f:
+        want = json.load(f)
+    with tempfile.TemporaryDirectory(prefix="rdzv-compat-") as tmp:
+        state, got = replayed(opts, tmp)
+        same(got, want, "replayed")
         # The journal (1.4 MB) is past --compact-mib 1: the next commit, a
         # new group's join, rewrites it as compaction's records. Replayed
         # again, the state must be the same, with that group beside it.
@@ -105,25 +124,19 @@ def main():
         assert join.returncode == 0, join.stderr
         log = open(os.path.join(tmp, "rdzvd.log")).read()
         if "compaction done" not in log:
-            print("FAIL: no compaction:", log)
-            return 1
+            raise Fail("no compaction: " + log)
         again = with_rdzvd(opts, state, lambda ep: state_of(opts, ep))
         again["groups"] = [g for g in again["groups"] if g["group"] != "z"]
-        if not same(again, want, "compacted and replayed"):
-            return 1
-        print("PASS: %d groups and %d keys as rdzvd 825b195 replayed them, before and after "
-              "compaction" % (len(want["groups"]), len(want["kv"])))
-        return 0
+        same(again, want, "compacted and replayed")
+    return "%d groups and %d keys" % (len(want["groups"]), len(want["kv"]))
 
 
 def same(got, want, what):
     for part in ("groups", "kv"):
         if got[part] != want[part]:
-            print("FAIL: %s: %s differ\n got  %s\n want %s" % (
+            raise Fail("%s: %s differ\n got  %s\n want %s" % (
                 what, part, json.dumps(got[part], sort_keys=True)[:2000],
                 json.dumps(want[part], sort_keys=True)[:2000]))
-            return False
-    return True
 
 
 if __name__ == "__main__":
