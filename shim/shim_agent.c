@@ -1,12 +1,11 @@
 #include "shim_agent.h"
 #include "rdzv_proto.h"
+#include "shim_proc.h"
 #include "shim_rules.h"
 #include "shim_syms.h"
 #include "shim_wire.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -14,7 +13,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,7 +42,6 @@ typedef enum { S_UNKNOWN = 0, S_CONNECTED, S_OFF, S_CLOSED, S_LOST } s_state_t;
 #define S_RETRY_MS 50
 #define S_REPLY_MIN_MS 100
 #define S_BACKLOG_RETRY_US 1000
-#define S_DENTS_BYTES 4096
 
 typedef struct {
     int fd;
@@ -485,53 +482,7 @@ static void s_report_closed(uint64_t handle)
 
 static bool s_same_socket(int fd, const s_tracked_t *e)
 {
-    struct stat st;
-    return fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == e->dev
-        && st.st_ino == e->ino;
-}
-
-/* The descriptor number an entry of /proc/self/fd names, or -1 ("."). */
-static int s_fd_number(const char *name)
-{
-    if (!*name)
-        return -1;
-    long n = 0;
-    for (; *name; name++) {
-        if (*name < '0' || *name > '9' || n > INT32_MAX / 10)
-            return -1;
-        n = n * 10 + (*name - '0');
-    }
-    return n > INT32_MAX ? -1 : (int) n;
-}
-
-/* Another descriptor of this process, not skip, that refers to e's socket
- * (a dup() of it), or -1. Raw system calls only, no malloc: close() may
- * come from a signal handler or a forked child, and closedir() would come
- * back through the close() wrapper. */
-static int s_find_dup(const s_tracked_t *e, int skip)
-{
-    if (e->ino == 0)
-        return -1;
-    int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dir < 0)
-        return -1;
-    union {
-        char buf[S_DENTS_BYTES];
-        struct dirent64 align;
-    } d;
-    int found = -1;
-    long n;
-    while (found < 0 && (n = syscall(SYS_getdents64, dir, d.buf, sizeof d.buf)) > 0) {
-        for (long off = 0; found < 0 && off < n;) {
-            const struct dirent64 *ent = (const struct dirent64 *) (d.buf + off);
-            off += ent->d_reclen;
-            int fd = s_fd_number(ent->d_name);
-            if (fd >= 0 && fd != skip && fd != dir && s_same_socket(fd, e))
-                found = fd;
-        }
-    }
-    rdzv_shim_real()->close(dir);
-    return found;
+    return rdzv_shim_proc_same_socket(fd, e->dev, e->ino);
 }
 
 /* Under s_lock: e's descriptor is gone, or about to be. If the process
@@ -541,7 +492,7 @@ static int s_find_dup(const s_tracked_t *e, int skip)
 static void s_let_go(s_tracked_t e, int gone)
 {
     for (;;) {
-        int other = s_find_dup(&e, gone);
+        int other = rdzv_shim_proc_find_socket(e.dev, e.ino, gone);
         if (other < 0)
             break;
         e.fd = other;
@@ -688,25 +639,6 @@ int rdzv_shim_agent_dup(int from, int to, int flags)
     return s_release(to, s_call_dup, args);
 }
 
-/* Threads of this process (/proc/self/stat, field 20), 0 if unknown. No
- * malloc or stdio: the caller may be about to exec after fork. */
-static long s_threads(void)
-{
-    char buf[1024];
-    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    rdzv_shim_real()->close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    char *p = strrchr(buf, ')');            /* the name (field 2) may hold anything */
-    for (int field = 2; p && field < 20; field++)
-        p = strchr(p + 1, ' ');
-    return p ? strtol(p + 1, NULL, 10) : 0;
-}
-
 int rdzv_shim_agent_close_range(unsigned int first, unsigned int last, int flags)
 {
     const rdzv_shim_real_t *real = rdzv_shim_real();
@@ -725,7 +657,7 @@ int rdzv_shim_agent_close_range(unsigned int first, unsigned int last, int flags
      * other threads share it (a step before exec): they keep theirs, and
      * nothing of ours changes. With one thread the kernel copies nothing
      * and closes the process's own. */
-    if (unshare && s_threads() != 1)
+    if (unshare && rdzv_shim_proc_threads() != 1)
         return real->close_range(first, last, flags);
     pthread_mutex_lock(&s_lock);
     s_tracked_t gone[SHIM_MAX_TRACKED];
