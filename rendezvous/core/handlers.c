@@ -117,25 +117,25 @@ static rdzv_group_t *s_resize(rdzv_batch_t *self, const rdzv_peer_t *peer, rdzv_
     return rdzv_state_group(self->state, name);
 }
 
-/* The checks of a join that depend on the group alone; g is NULL when the
- * join would make it. */
-static bool s_group_ok(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_group_t *g,
-                       const rdzv_request_t *req)
+/* Rule 1's refusal: another world while some rank of the group is alive. */
+static void s_refuse_world(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_group_t *g,
+                           const rdzv_request_t *req)
 {
-    if (!s_rank0_ids_ok(self, peer, req))
-        return false;
-    if (g && g->world != req->world) {
-        rdzv_batch_error(self, peer, RDZV_E_WORLD_MISMATCH,
-                         "group %s has world %d, not %d, and %d of its ranks are alive; to "
-                         "resize, stop them (a join with the new world is taken once none has "
-                         "been heard from for --dead-after, %lld s) or delete the group "
-                         "(rdzv group delete --group %s)", g->name, g->world, req->world,
-                         s_alive(self, g), (long long) (self->cfg->dead_after_ms / 1000),
-                         g->name);
-        return false;
-    }
-    if (g || rdzv_reclaim_room(self, (rdzv_reclaim_need_t) { .ranks = req->world, .group = true },
-                               NULL, peer))
+    rdzv_batch_error(self, peer, RDZV_E_WORLD_MISMATCH,
+                     "group %s has world %d, not %d, and %d of its ranks are alive; to "
+                     "resize, stop them (a join with the new world is taken once none has "
+                     "been heard from for --dead-after, %lld s) or delete the group "
+                     "(rdzv group delete --group %s)", g->name, g->world, req->world,
+                     s_alive(self, g), (long long) (self->cfg->dead_after_ms / 1000),
+                     g->name);
+}
+
+/* Whether rdzvd has room for the group a join would make, once abandoned
+ * groups are reclaimed; the refusal queued if not. */
+static bool s_group_room(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
+{
+    if (rdzv_reclaim_room(self, (rdzv_reclaim_need_t) { .ranks = req->world, .group = true },
+                          NULL, peer))
         return true;
     if ((int) zhashx_size(self->state->groups) >= self->cfg->limits.max_groups) {
         rdzv_batch_error(self, peer, RDZV_E_LIMIT, "rdzvd holds %d groups, its limit, and "
@@ -185,76 +185,196 @@ static bool s_member_bytes_ok(rdzv_batch_t *self, const rdzv_peer_t *peer,
     return false;
 }
 
-/* Decides what a join means for the rank (docs/protocol.md, rules 2-5). */
-static void s_handle_join(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
+/* What a join means, one value per rule of docs/protocol.md ("join",
+ * "Rules, in the order rdzvd applies them"). */
+typedef enum {
+    S_JOIN_CREATES_GROUP,        /* rule 1: the group's first valid join makes it */
+    S_JOIN_WORLD_MISMATCH,       /* rule 1: another world, a rank alive: world_mismatch */
+    S_JOIN_RESIZES_GROUP,        /* rule 1: another world, no rank alive: laid out afresh */
+    S_JOIN_RESUMES_ASSIGNED,     /* rule 2: same session, complete epoch: the assignment */
+    S_JOIN_RESUMES_LOST_ROOT,    /* rule 2's exception: the epoch's NCCL root died with an
+                                  * earlier rdzvd, its IDs are worthless: epoch + 1 */
+    S_JOIN_RESUMES_WAITING,      /* rule 2: same session, epoch forming: waits again */
+    S_JOIN_RESTARTS_RANK,        /* rule 3: new session for an assigned rank: epoch + 1 */
+    S_JOIN_CLAIMS_LIVE_RANK,     /* rule 3's exception: holder alive on another node,
+                                  * no replace: rank_taken */
+    S_JOIN_RANK_WAITING,         /* rule 4: the old session waits in the forming epoch:
+                                  * rank_taken */
+    S_JOIN_TAKES_RANK,           /* rule 4: the old session waits no more: the new one
+                                  * takes the rank */
+    S_JOIN_COUNTS_TOWARD_EPOCH,  /* rule 5: the rank's first join of the forming epoch */
+} s_join_rule_t;
+
+/* Rule 3 for a new session on a rank of the complete epoch. Two live
+ * processes claiming one rank (two Pods started with one RDZV_RANK): the
+ * holder answers heartbeats, from another node. A new session from the
+ * holder's own node is that process restarted, and one whose holder went
+ * quiet for --dead-after took its place; either moves the group on, as
+ * does a join that says it replaces the holder. */
+static s_join_rule_t s_restart_rule(const rdzv_batch_t *self, const rdzv_member_t *m,
+                                    const rdzv_request_t *req)
 {
-    rdzv_group_t *g = rdzv_state_group(self->state, req->group);
-    if (g && g->world != req->world && !s_alive(self, g)
-        && (!s_rank0_ids_ok(self, peer, req) || !(g = s_resize(self, peer, g, req))))
-        return;
-    if (!s_group_ok(self, peer, g, req))
-        return;
-    rdzv_member_t *m = g ? rdzv_group_at(g, req->rank) : NULL;
-    bool same_session = m && strcmp(m->session, req->session) == 0;
+    bool holder_alive = self->now_ms - rdzv_member_seen(self->state, m)
+                        < self->cfg->dead_after_ms;
+    return !req->replace && holder_alive && strcmp(m->node, req->node) != 0
+           ? S_JOIN_CLAIMS_LIVE_RANK : S_JOIN_RESTARTS_RANK;
+}
+
+/* The rule a join of g (NULL: no such group) falls under, from the state
+ * alone: nothing is queued or recorded. */
+static s_join_rule_t s_join_rule(const rdzv_batch_t *self, const rdzv_group_t *g,
+                                 const rdzv_request_t *req)
+{
+    if (!g)
+        return S_JOIN_CREATES_GROUP;
+    if (g->world != req->world)
+        return s_alive(self, g) ? S_JOIN_WORLD_MISMATCH : S_JOIN_RESIZES_GROUP;
+    const rdzv_member_t *m = rdzv_group_at(g, req->rank);
     bool in_epoch = m && m->epoch == g->epoch;
-    /* A lost root's IDs are worthless: the resume below moves the group on. */
-    if (same_session && g->complete && in_epoch && !g->root_lost) {
-        m->last_seen_ms = g->heard_ms = self->now_ms;
-        rdzv_batch_reply(self, peer, rdzv_assignment_text(self->state, g, req->rank, req->id,
-                                                          req->members));
-        return;
+    if (m && strcmp(m->session, req->session) == 0) {
+        if (!in_epoch || !g->complete)
+            return S_JOIN_RESUMES_WAITING;
+        return g->root_lost ? S_JOIN_RESUMES_LOST_ROOT : S_JOIN_RESUMES_ASSIGNED;
     }
-    if (!same_session && in_epoch && !g->complete && m->waiting
-        && m->deadline_ms > self->now_ms) {
-        rdzv_batch_error(self, peer, RDZV_E_RANK_TAKEN,
-                        "group %s rank %d is held by a live session", g->name, req->rank);
-        return;
-    }
-    /* Two live processes claiming one rank of a complete epoch (two Pods
-     * started with one RDZV_RANK): the holder answers heartbeats, from
-     * another node. A new session from the holder's own node is that
-     * process restarted, and one whose holder went quiet for --dead-after
-     * took its place; either moves the group on, as does a join that says
-     * it replaces the holder. */
-    if (!same_session && in_epoch && g->complete && !req->replace
-        && self->now_ms - rdzv_member_seen(self->state, m) < self->cfg->dead_after_ms
-        && strcmp(m->node, req->node) != 0) {
-        rdzv_batch_error(self, peer, RDZV_E_RANK_TAKEN,
-                         "group %s rank %d is held by a live session from host %s node %s "
-                         "(heard %lld ms ago); this join comes from node %s: check the ranks' "
-                         "RDZV_RANK, or join with replace (rdzv join --replace) to take it",
-                         g->name, req->rank, m->host, m->node,
-                         (long long) (self->now_ms - rdzv_member_seen(self->state, m)),
-                         req->node);
-        return;
-    }
-    if (!(m && m->waiting) && !rdzv_batch_wait_ok(self, peer))
-        return;
-    if (!s_member_bytes_ok(self, peer, g, m, req))
-        return;
+    if (!in_epoch)
+        return S_JOIN_COUNTS_TOWARD_EPOCH;
+    if (g->complete)
+        return s_restart_rule(self, m, req);
+    return m->waiting && m->deadline_ms > self->now_ms ? S_JOIN_RANK_WAITING
+                                                       : S_JOIN_TAKES_RANK;
+}
+
+/* Rule 4's refusal: the rank's old session waits in the forming epoch. */
+static void s_refuse_waiting_holder(rdzv_batch_t *self, const rdzv_peer_t *peer,
+                                    const rdzv_group_t *g, const rdzv_request_t *req)
+{
+    rdzv_batch_error(self, peer, RDZV_E_RANK_TAKEN,
+                    "group %s rank %d is held by a live session", g->name, req->rank);
+}
+
+/* Rule 3's exception: the holder of the complete epoch's rank answers from
+ * another node. */
+static void s_refuse_live_holder(rdzv_batch_t *self, const rdzv_peer_t *peer,
+                                 const rdzv_group_t *g, const rdzv_request_t *req)
+{
+    const rdzv_member_t *m = rdzv_group_at(g, req->rank);
+    rdzv_batch_error(self, peer, RDZV_E_RANK_TAKEN,
+                     "group %s rank %d is held by a live session from host %s node %s "
+                     "(heard %lld ms ago); this join comes from node %s: check the ranks' "
+                     "RDZV_RANK, or join with replace (rdzv join --replace) to take it",
+                     g->name, req->rank, m->host, m->node,
+                     (long long) (self->now_ms - rdzv_member_seen(self->state, m)),
+                     req->node);
+}
+
+/* Rule 2: the assignment of the complete epoch, again. */
+static void s_resume(rdzv_batch_t *self, const rdzv_peer_t *peer, rdzv_group_t *g,
+                     const rdzv_request_t *req)
+{
+    rdzv_member_t *m = rdzv_group_at(g, req->rank);
+    m->last_seen_ms = g->heard_ms = self->now_ms;
+    rdzv_batch_reply(self, peer, rdzv_assignment_text(self->state, g, req->rank, req->id,
+                                                      req->members));
+}
+
+/* Records what a join changes: the group (g NULL: rule 1), the next epoch
+ * (next_why set: rules 2 and 3) and the rank's join unless it holds this
+ * epoch already. The group, or NULL with the refusal queued. */
+static rdzv_group_t *s_record_changes(rdzv_batch_t *self, const rdzv_peer_t *peer,
+                                      rdzv_group_t *g, const rdzv_request_t *req,
+                                      const char *next_why)
+{
+    const rdzv_member_t *m = g ? rdzv_group_at(g, req->rank) : NULL;
+    bool same_session = m && strcmp(m->session, req->session) == 0;
     if (!g && !(g = s_make_group(self, peer, req)))
-        return;
-    if (in_epoch && g->complete && (!same_session || g->root_lost)
-        && rdzv_group_next_epoch(self, g, same_session ? "the nccl root of an earlier rdzvd is gone"
-                                                       : "a rank restarted") < 0) {
+        return NULL;
+    if (next_why && rdzv_group_next_epoch(self, g, next_why) < 0) {
         rdzv_batch_error(self, peer, RDZV_E_INTERNAL, "cannot record the new epoch");
-        return;
+        return NULL;
     }
     if ((!same_session || m->epoch < g->epoch) && s_record_join(self, g, req) < 0) {
         rdzv_batch_error(self, peer, RDZV_E_INTERNAL, "cannot record the join");
-        return;
+        return NULL;
     }
+    return g;
+}
+
+/* The rank waits in g's forming epoch; the last rank to come releases it. */
+static void s_wait_in_epoch(rdzv_batch_t *self, const rdzv_peer_t *peer, rdzv_group_t *g,
+                            const rdzv_request_t *req)
+{
     if (req->rank0_ids) {
         cJSON_Delete(g->rank0_ids);
         g->rank0_ids = cJSON_Duplicate(req->rank0_ids, 1);
     }
-    m = rdzv_group_at(g, req->rank);
+    rdzv_member_t *m = rdzv_group_at(g, req->rank);
     if (!m->waiting && !g->complete)
         m->joined_at_ms = self->now_ms;
     m->last_seen_ms = g->heard_ms = self->now_ms;
     s_set_waiter(self, g, m, peer, req);
     if (g->joined == g->world && !g->complete)
         rdzv_group_release(self, g);
+}
+
+/* A join that counts towards an epoch (rules 1-5 but the refusals and the
+ * resume of a complete one): checked against the limits, recorded, then
+ * waiting. g is NULL when the join makes the group; next_why, when set,
+ * moves the group to its next epoch first and goes to the log. */
+static void s_join_epoch(rdzv_batch_t *self, const rdzv_peer_t *peer, rdzv_group_t *g,
+                         const rdzv_request_t *req, const char *next_why)
+{
+    const rdzv_member_t *m = g ? rdzv_group_at(g, req->rank) : NULL;
+    if (!(m && m->waiting) && !rdzv_batch_wait_ok(self, peer))
+        return;
+    if (!s_member_bytes_ok(self, peer, g, m, req))
+        return;
+    if ((g = s_record_changes(self, peer, g, req, next_why)))
+        s_wait_in_epoch(self, peer, g, req);
+}
+
+/* A join, by the rule it falls under; rank 0's NCCL IDs are checked first
+ * whatever the rule. */
+static void s_handle_join(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
+{
+    rdzv_group_t *g = rdzv_state_group(self->state, req->group);
+    s_join_rule_t rule = s_join_rule(self, g, req);
+    if (!s_rank0_ids_ok(self, peer, req))
+        return;
+    switch (rule) {
+    case S_JOIN_CREATES_GROUP:
+        if (s_group_room(self, peer, req))
+            s_join_epoch(self, peer, NULL, req, NULL);
+        break;
+    case S_JOIN_WORLD_MISMATCH:
+        s_refuse_world(self, peer, g, req);
+        break;
+    case S_JOIN_RESIZES_GROUP:
+        /* The new group has no member: this is its rank's first join
+         * (rule 5), checked again against the new group's NCCL mode. */
+        if ((g = s_resize(self, peer, g, req)) && s_rank0_ids_ok(self, peer, req))
+            s_join_epoch(self, peer, g, req, NULL);
+        break;
+    case S_JOIN_RESUMES_ASSIGNED:
+        s_resume(self, peer, g, req);
+        break;
+    case S_JOIN_RESUMES_LOST_ROOT:
+        s_join_epoch(self, peer, g, req, "the nccl root of an earlier rdzvd is gone");
+        break;
+    case S_JOIN_RESTARTS_RANK:
+        s_join_epoch(self, peer, g, req, "a rank restarted");
+        break;
+    case S_JOIN_CLAIMS_LIVE_RANK:
+        s_refuse_live_holder(self, peer, g, req);
+        break;
+    case S_JOIN_RANK_WAITING:
+        s_refuse_waiting_holder(self, peer, g, req);
+        break;
+    case S_JOIN_RESUMES_WAITING:
+    case S_JOIN_TAKES_RANK:
+    case S_JOIN_COUNTS_TOWARD_EPOCH:
+        s_join_epoch(self, peer, g, req, NULL);
+        break;
+    }
 }
 
 static rdzv_group_t *s_existing(rdzv_batch_t *self, const rdzv_peer_t *peer, const char *name)
