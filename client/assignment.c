@@ -67,9 +67,11 @@ static bool s_parse_ports(rdzv_assignment_t *self, const cJSON *obj)
 }
 
 /* "named_ports" (docs/protocol.md): the group's store and DP RPC ports,
- * distinct, the store the master port, and a probe pool inside this rank's
- * plan. An rdzvd without them gets the layout it had: the store the master
- * port, the probe pool the whole plan, no DP RPC port. */
+ * distinct, the store the master port, this rank's API port in its plan
+ * and outside its probe pool, and the probe pool inside the plan. An rdzvd
+ * without them gets the layout it had: the store the master port, the
+ * probe pool the whole plan, no DP RPC or API port; one without "api" has
+ * no API port. */
 static bool s_parse_named(rdzv_assignment_t *self, const cJSON *obj)
 {
     const cJSON *named = cJSON_GetObjectItemCaseSensitive(obj, "named_ports");
@@ -81,14 +83,17 @@ static bool s_parse_named(rdzv_assignment_t *self, const cJSON *obj)
         return true;
     }
     const cJSON *probe = cJSON_GetObjectItemCaseSensitive(named, "probe");
-    int64_t store, rpc, lo, hi;
+    const cJSON *api = cJSON_GetObjectItemCaseSensitive(named, "api");
+    int64_t store, rpc, lo, hi, api_port = 0;
     if (!cJSON_IsObject(named) || !s_field_int(named, "store", S_PORT_MIN, S_PORT_MAX, &store)
         || !s_field_int(named, "dp_rpc", S_PORT_MIN, S_PORT_MAX, &rpc)
         || !cJSON_IsArray(probe) || cJSON_GetArraySize(probe) != 2
         || !s_int_in(cJSON_GetArrayItem(probe, 0), first, last, &lo)
         || !s_int_in(cJSON_GetArrayItem(probe, 1), lo, last, &hi)
-        || store != self->master_port || rpc == store)
+        || store != self->master_port || rpc == store
+        || (api && (!s_int_in(api, first, last, &api_port) || (api_port >= lo && api_port <= hi))))
         return false;
+    self->api_port = (int) api_port;
     self->store_port = (int) store;
     self->dp_rpc_port = (int) rpc;
     self->probe_lo = (int) lo;
@@ -312,6 +317,11 @@ RDZV_EXPORT int rdzv_assignment_store_port(const rdzv_assignment_t *self)
 RDZV_EXPORT int rdzv_assignment_dp_rpc_port(const rdzv_assignment_t *self)
 {
     return self ? self->dp_rpc_port : -1;
+}
+
+RDZV_EXPORT int rdzv_assignment_api_port(const rdzv_assignment_t *self)
+{
+    return self ? self->api_port : -1;
 }
 
 RDZV_EXPORT int rdzv_assignment_probe_ports(const rdzv_assignment_t *self, int *lo, int *hi)

@@ -25,6 +25,7 @@ struct rdzv_assignment {
     int local_rank, local_world;    /* -1, 0: an rdzvd that does not send them */
     int group_rank, group_world;    /* -1, 0: likewise */
     int store_port, dp_rpc_port;    /* the named ports; dp_rpc 0: an older rdzvd */
+    int api_port;                   /* this rank's engine's HTTP API; 0: an older rdzvd */
     int probe_lo, probe_hi;         /* this rank's probe pool, VLLM_PORT its first */
     int *ports;
     size_t port_count;

@@ -20,7 +20,11 @@ static int s_write_vllm_args(const rdzv_assignment_t *self, FILE *f)
             self->world, self->rank);
     if (rdzv_env_quote(f, self->master_addr) < 0)
         return -1;
-    return fprintf(f, " --data-parallel-rpc-port %d", self->dp_rpc_port) < 0 ? -1 : 0;
+    if (fprintf(f, " --data-parallel-rpc-port %d", self->dp_rpc_port) < 0)
+        return -1;
+    /* The API port: host networking has every rank of a node share one
+     * namespace, where vLLM's default 8000 would collide. */
+    return self->api_port > 0 && fprintf(f, " --port %d", self->api_port) < 0 ? -1 : 0;
 }
 
 /* Runs write into a malloc'd string; NULL when it fails. */
@@ -115,6 +119,8 @@ static int s_write_env(const rdzv_assignment_t *self, FILE *f)
     s_put_int(&e, "RDZV_PORT_STORE", self->store_port);
     if (self->dp_rpc_port > 0)
         s_put_int(&e, "RDZV_PORT_DP_RPC", self->dp_rpc_port);
+    if (self->api_port > 0)
+        s_put_int(&e, "RDZV_PORT_API", self->api_port);
     s_put(&e, "RDZV_PORT_PROBE", probe);
     s_put(&e, "RDZV_NCCL_UNIQUE_ID", self->nccl_hex ? self->nccl_hex : "");
     s_put(&e, "RDZV_NCCL_UNIQUE_IDS", ids ? ids : "");

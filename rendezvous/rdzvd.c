@@ -291,8 +291,8 @@ static int s_check_range(const rdzv_config_t *cfg)
      * the ten ports from VLLM_DP_MASTER_PORT that vLLM's get_open_port()
      * skips (common/rdzv_proto.h). */
     if (cfg->ports_per_rank < 16)
-        fprintf(stderr, "rdzvd: warning: --ports-per-rank %d is under 16; a plan holds the store "
-                "and DP RPC ports and probes from port %d of it, and vLLM's scans would leave "
+        fprintf(stderr, "rdzvd: warning: --ports-per-rank %d is under 16; a plan holds the store, "
+                "DP RPC and API ports and probes from port %d of it, and vLLM's scans would leave "
                 "it\n", cfg->ports_per_rank, rdzv_probe_offset(cfg->ports_per_rank));
     FILE *f = fopen(S_EPHEMERAL_FILE, "r");
     int lo = 0, hi = 0;

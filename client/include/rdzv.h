@@ -201,6 +201,9 @@ int rdzv_assignment_group_world(const rdzv_assignment_t *self);
  * rdzvd too old to name it, whose probe pool is the whole plan. */
 int rdzv_assignment_store_port(const rdzv_assignment_t *self);
 int rdzv_assignment_dp_rpc_port(const rdzv_assignment_t *self);
+/* This rank's engine's HTTP API port (named_ports.api, in its own plan);
+ * 0 from an rdzvd that plans none. */
+int rdzv_assignment_api_port(const rdzv_assignment_t *self);
 int rdzv_assignment_probe_ports(const rdzv_assignment_t *self, int *lo, int *hi);
 /* The flags an external data-parallel `vllm serve` rank needs, as shell
  * words: "--data-parallel-size N --data-parallel-rank R

@@ -14,8 +14,9 @@
 #   rank's own, but nothing holds its ports until vLLM binds them.
 #
 # vLLM gets its data-parallel flags from the assignment's RDZV_VLLM_ARGS
-# (size, rank, rank 0's address, and the DP RPC port named in rank 0's
-# plan) and VLLM_PORT, where its port scans start in this rank's probe pool:
+# (size, rank, rank 0's address, the DP RPC port named in rank 0's plan,
+# and --port, the API port of this rank's own plan) and VLLM_PORT, where its
+# port scans start in this rank's probe pool:
 # no port is computed here (docs/torchrun-lws.md).
 #
 # Settings (environment): TP (tensor parallel size, 2), EP (1: expert

@@ -11,10 +11,12 @@ from typing import Dict, List, Optional, Tuple
 @dataclass(frozen=True)
 class NamedPorts:
     """The roles of the plan layout (docs/concepts.md): the group's store
-    and DP RPC ports (rank 0's plan) and this rank's probe pool."""
+    and DP RPC ports (rank 0's plan), this rank's probe pool and its
+    engine's HTTP API port."""
     store: int
     dp_rpc: int          # 0: an rdzvd too old to name it
     probe: Tuple[int, int]
+    api: int = 0         # 0: an rdzvd too old to name it
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class Assignment:
             local_rank=d.get("local_rank", -1), local_world=d.get("local_world", 0),
             group_rank=d.get("group_rank", -1), group_world=d.get("group_world", 0),
             named_ports=NamedPorts(named.get("store", d["master_port"]), named.get("dp_rpc", 0),
-                                   (probe[0], probe[1])),
+                                   (probe[0], probe[1]), named.get("api", 0)),
             nccl_unique_id=d.get("nccl_unique_id"),
             nccl_unique_ids=list(d.get("nccl_unique_ids") or []),
             members=sorted((Member(m["rank"], m["host"], m["node"])

@@ -117,6 +117,8 @@ int rdzv_reply_render(rdzv_reply_t *reply)
     p = rdzv_put_int(p, reply->role_port + RDZV_ROLE_STORE);
     p = S_PUT(p, ",\"dp_rpc\":");
     p = rdzv_put_int(p, reply->role_port + RDZV_ROLE_DP_RPC);
+    p = S_PUT(p, ",\"api\":");
+    p = rdzv_put_int(p, reply->first_port + RDZV_ROLE_API);
     p = S_PUT(p, ",\"probe\":[");
     p = rdzv_put_int(p, reply->first_port + rdzv_probe_offset(reply->ports));
     *p++ = ',';

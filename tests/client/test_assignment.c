@@ -165,6 +165,11 @@ static const s_bad_t s_bad[] = {
     { "named_ports", "{\"store\":19500,\"dp_rpc\":19501,\"probe\":[19534,19533]}" },
     { "named_ports", "{\"store\":19500,\"dp_rpc\":19501,\"probe\":[19534]}" },
     { "named_ports", "{\"store\":19500,\"dp_rpc\":\"19501\",\"probe\":[19534,19534]}" },
+    /* The API port: in this rank's plan, outside its probe pool. */
+    { "named_ports", "{\"store\":19500,\"dp_rpc\":19501,\"api\":19534,\"probe\":[19534,19534]}" },
+    { "named_ports", "{\"store\":19500,\"dp_rpc\":19501,\"api\":19535,\"probe\":[19534,19534]}" },
+    { "named_ports", "{\"store\":19500,\"dp_rpc\":19501,\"api\":\"19533\",\"probe\":[19534,19534]}" },
+    { "named_ports", "{\"store\":19500,\"dp_rpc\":19501,\"api\":0,\"probe\":[19534,19534]}" },
     { "members", "[{\"rank\":0,\"host\":\"h\",\"node\":\"n\"}]" },
     { "members", "[{\"rank\":0,\"host\":\"h\",\"node\":\"n\"},"
                  "{\"rank\":0,\"host\":\"h\",\"node\":\"n\"}]" },
@@ -184,6 +189,37 @@ START_TEST(test_malformed_field)
     if (a)
         ck_abort_msg("accepted %s = %s", bad->field, bad->value ? bad->value : "(absent)");
     free(text);
+}
+END_TEST
+
+/* An rdzvd that plans the API port (P+2 of this rank's plan): the getter,
+ * RDZV_PORT_API, and vLLM's --port among the flags. */
+START_TEST(test_api_port)
+{
+    char *text = s_variant("named_ports",
+                           "{\"store\":19500,\"dp_rpc\":19501,\"api\":19533,\"probe\":[19534,19534]}");
+    rdzv_assignment_t *a = rdzv_assignment_from_json(text);
+    free(text);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_int_eq(rdzv_assignment_api_port(a), 19533);
+    char *args = rdzv_assignment_vllm_args(a);
+    ck_assert_str_eq(args, "--data-parallel-size 2 --data-parallel-rank 1 "
+                     "--data-parallel-address 10.0.0.11 --data-parallel-rpc-port 19501 "
+                     "--port 19533");
+    free(args);
+    char *env = rdzv_assignment_env(a);
+    ck_assert_ptr_nonnull(strstr(env, "\nRDZV_PORT_DP_RPC=19501\nRDZV_PORT_API=19533\n"));
+    free(env);
+    rdzv_assignment_destroy(&a);
+    /* Without "api" (an older rdzvd): no API port, no --port. */
+    a = rdzv_assignment_from_json(s_valid);
+    ck_assert_int_eq(rdzv_assignment_api_port(a), 0);
+    env = rdzv_assignment_env(a);
+    ck_assert_ptr_null(strstr(env, "RDZV_PORT_API"));
+    ck_assert_ptr_null(strstr(env, "--port "));
+    free(env);
+    rdzv_assignment_destroy(&a);
+    ck_assert_int_eq(rdzv_assignment_api_port(NULL), -1);
 }
 END_TEST
 
@@ -290,6 +326,7 @@ static Suite *s_suite(void)
     tcase_add_test(tc, test_json_roundtrip);
     tcase_add_loop_test(tc, test_malformed_field, 0, (int) (sizeof s_bad / sizeof s_bad[0]));
     tcase_add_test(tc, test_malformed_text);
+    tcase_add_test(tc, test_api_port);
     tcase_add_test(tc, test_null_safe);
     suite_add_tcase(s, tc);
     TCase *env = tcase_create("env");

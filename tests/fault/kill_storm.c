@@ -157,6 +157,7 @@ static char *s_shared_fields(const char *json)
     cJSON_DeleteItemFromObject(a, "local_world");
     cJSON_DeleteItemFromObject(a, "group_rank");     /* its node's */
     cJSON_DeleteItemFromObject(cJSON_GetObjectItem(a, "named_ports"), "probe");
+    cJSON_DeleteItemFromObject(cJSON_GetObjectItem(a, "named_ports"), "api");   /* each rank's own */
     cJSON_DeleteItemFromObject(a, "ports");
     cJSON_DeleteItemFromObject(a, "port_range");
     char *text = cJSON_PrintUnformatted(a);

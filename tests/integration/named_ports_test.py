@@ -125,20 +125,25 @@ def main():
                    e.get("GROUP_WORLD_SIZE"), e.get("VLLM_DP_RANK_LOCAL"),
                    e.get("VLLM_DP_SIZE_LOCAL"))
                   == (str(r), str(WORLD), "0", "1", str(r), str(WORLD)))
+            api = int(e.get("RDZV_PORT_API", 0))
+            check("rank %d: its API port is the third of its own plan" % r, api == plan[2],
+                  e.get("RDZV_PORT_API"))
             want = ["--data-parallel-size", str(WORLD), "--data-parallel-rank", str(r),
-                    "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", str(rpc)]
-            check("rank %d: RDZV_VLLM_ARGS are the four vLLM flags" % r,
+                    "--data-parallel-address", "127.0.0.1", "--data-parallel-rpc-port", str(rpc),
+                    "--port", str(plan[2])]
+            check("rank %d: RDZV_VLLM_ARGS are the four DP flags and the API port" % r,
                   shlex.split(e["RDZV_VLLM_ARGS"]) == want, e["RDZV_VLLM_ARGS"])
             scanned = e["ports_list"] + [e["open_port"]]
             check("rank %d: vLLM's scans got %s, all in its probe pool" % (r, scanned),
                   None not in scanned and all(lo <= p <= hi for p in scanned)
                   and len(set(e["ports_list"])) == 5)
             check("rank %d: no scan reached a role's port" % r,
-                  store not in scanned and rpc not in scanned)
+                  store not in scanned and rpc not in scanned and api not in scanned)
         check("rank 0 bound the store and DP RPC ports under the shim, and they answer",
               engines[0]["listeners"] == [["RDZV_PORT_STORE", store], ["RDZV_PORT_DP_RPC", rpc]],
               engines[0]["listeners"])
         roles = {store: "store", rpc: "dp_rpc"}
+        roles.update({plans[r][2]: "api" for r in engines})
         pools = [set(range(plans[r][SKIP], plans[r][-1] + 1)) for r in engines]
         check("no rank's probe pool holds a role's port", not any(roles.keys() & p for p in pools))
 
@@ -160,7 +165,8 @@ def main():
             check("PATH.env sources in sh, with RDZV_VLLM_ARGS and VLLM_PORT",
                   sourced.returncode == 0 and sourced.stdout ==
                   "--data-parallel-size 1 --data-parallel-rank 0 --data-parallel-address "
-                  "127.0.0.1 --data-parallel-rpc-port %d|%d" % (first + 1, first + SKIP),
+                  "127.0.0.1 --data-parallel-rpc-port %d --port %d|%d"
+                  % (first + 1, first + 2, first + SKIP),
                   sourced.stdout + sourced.stderr)
         finally:
             solo.terminate()

@@ -31,8 +31,8 @@ export RDZV_SERVER="$(cat "$tmp/ep")" RDZV_WORLD=1 RDZV_RANK=0
 
 VLLM_OUT=$tmp/join.out RDZV_GROUP=join RDZV_NO_AGENT=1 "$script" my/model --max-model-len 64 >"$tmp/out" 2>&1
 master=$(sed -n 's/^MASTER_PORT=//p' "$tmp/join.out")
-grep -q "^ARGS serve my/model --enable-expert-parallel --data-parallel-size 1 --data-parallel-rank 0 --data-parallel-address [^ ]* --data-parallel-rpc-port $((master + 1)) --tensor-parallel-size 2 --max-model-len 64\$" "$tmp/join.out" 2>/dev/null
-result $? "join-only: vllm serve gets the assignment and the planned RPC port"
+grep -q "^ARGS serve my/model --enable-expert-parallel --data-parallel-size 1 --data-parallel-rank 0 --data-parallel-address [^ ]* --data-parallel-rpc-port $((master + 1)) --port $((master + 2)) --tensor-parallel-size 2 --max-model-len 64\$" "$tmp/join.out" 2>/dev/null
+result $? "join-only: vllm serve gets the assignment, the planned RPC port and its API port"
 grep -q "^VLLM_PORT=$((master + 10))\$" "$tmp/join.out" 2>/dev/null
 result $? "join-only: VLLM_PORT the probe pool's first port, after the named ones"
 

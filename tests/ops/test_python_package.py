@@ -86,12 +86,14 @@ def two_ranks_join_from_threads(srv):
         got[0].members
     assert a0.nccl_unique_id is None and a0.nccl_id is None and a0.nccl_unique_ids == []
     assert a1.env["RDZV_RANK"] == "1" and a1.env["VLLM_PORT"] == str(a1.ports[10])
-    assert a1.named_ports == rdzv.NamedPorts(a0.ports[0], a0.ports[1], (a1.ports[10], a1.ports[31]))
+    assert a1.named_ports == rdzv.NamedPorts(a0.ports[0], a0.ports[1], (a1.ports[10], a1.ports[31]),
+                                             a1.ports[2])
     assert (a0.group_rank, a1.group_rank, a1.group_world) == (0, 0, 1)
     assert a1.port_range is not None and a1.port_range[0] <= a1.ports[0]
     assert a1.vllm_args == ["--data-parallel-size", "2", "--data-parallel-rank", "1",
                             "--data-parallel-address", "127.0.0.1",
-                            "--data-parallel-rpc-port", str(a0.ports[1])], a1.vllm_args
+                            "--data-parallel-rpc-port", str(a0.ports[1]),
+                            "--port", str(a1.ports[2])], a1.vllm_args
     assert '"rank":1' in a1.json
 
 

@@ -13,17 +13,18 @@ from pod import LISTEN, PER_RANK, PROBE, PY, SPAN, WAIT_S, Fail, Skip, check, ou
 
 
 def case_probe_scan(pod):
-    """vLLM scans from VLLM_PORT, the probe pool's first port after the store
-    and DP RPC ports: two scans of three give the pool's six distinct ports."""
+    """vLLM scans from VLLM_PORT, the probe pool's first port after the store,
+    DP RPC and API ports: two scans, of two and three, give the pool's five
+    distinct ports."""
     env = pod.env_file()
     vllm_port = int(env["VLLM_PORT"])
-    check(vllm_port == pod.plan[2] and env["RDZV_PORT_PROBE"] == "%d-%d" % (pod.plan[2], pod.plan[-1]),
+    check(vllm_port == pod.plan[3] and env["RDZV_PORT_PROBE"] == "%d-%d" % (pod.plan[3], pod.plan[-1]),
           "VLLM_PORT %d is not the probe pool's first port %d (a plan of %d ports): %s"
-          % (vllm_port, pod.plan[2], len(pod.plan), env.get("RDZV_PORT_PROBE")))
-    got = pod.py_json(PROBE + "print(json.dumps([scan(%d, 3, %d), scan(%d, 3, %d)]))"
+          % (vllm_port, pod.plan[3], len(pod.plan), env.get("RDZV_PORT_PROBE")))
+    got = pod.py_json(PROBE + "print(json.dumps([scan(%d, 2, %d), scan(%d, 3, %d)]))"
                       % (vllm_port, pod.limit, vllm_port, pod.limit))
-    check(got[0] == pod.plan[2:5] and got[1] == pod.plan[5:8],
-          "the scans got %s, not the probe pool %s in two halves" % (got, pod.plan[2:]))
+    check(got[0] == pod.plan[3:5] and got[1] == pod.plan[5:8],
+          "the scans got %s, not the probe pool %s in two parts" % (got, pod.plan[3:]))
 
 
 def case_two_processes_scan(pod):

@@ -131,7 +131,7 @@ def case_cmd(opts, index):
               % (pod.agent.returncode, open(pod.agent_log).read()))
         env = json.loads(out.strip().splitlines()[-1])
         check(env["LD_PRELOAD"] == opts.shim + ":libfake-first.so", "LD_PRELOAD %s" % env["LD_PRELOAD"])
-        check(env["RDZV_AGENT_SOCKET"] == pod.sock and env["VLLM_PORT"] == str(pod.plan[2])
+        check(env["RDZV_AGENT_SOCKET"] == pod.sock and env["VLLM_PORT"] == str(pod.plan[3])
               and env["RDZV_EPOCH"] == "1", "CMD env: %s" % env)
         check(env["RDZV_SERVER"] == pod.endpoint, "CMD's RDZV_SERVER: %s, not %s (the agent's "
               "--server), so its own rdzv kv calls go elsewhere" % (env["RDZV_SERVER"], pod.endpoint))
