@@ -1,5 +1,6 @@
 #include "shim_agent.h"
 #include "rdzv_proto.h"
+#include "shim_owner.h"
 #include "shim_proc.h"
 #include "shim_rules.h"
 #include "shim_syms.h"
@@ -50,7 +51,6 @@ typedef struct {
     ino_t ino;
 } s_tracked_t;
 
-static pthread_mutex_t s_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;
 static char s_path[sizeof(((struct sockaddr_un *) 0)->sun_path)];
 static bool s_have_path;
@@ -65,42 +65,15 @@ static _Atomic uint64_t s_told[65536 / 64];
 static _Atomic int s_base, s_limit;
 static s_tracked_t s_tracked[SHIM_MAX_TRACKED];
 static _Atomic size_t s_ntracked;
-/* The process this memory belongs to: set at load and in a forked child.
- * A process that shares it without being its owner (a vfork() child, which
- * runs no atfork handlers, or another clone that skips them) has
- * descriptors of its own: its calls must change nothing here, or its
- * close_range() before exec would empty the parent's table and its bind()
- * take over the parent's connection. Every call there goes to libc. */
-static _Atomic pid_t s_owner;
 /* Entries moved to a dup (s_let_go), counted after the new fd is marked: a
  * close() that took the unlocked path and sees this change under its feet
  * may have closed the very fd an entry just moved to (rdzv_shim_agent_close). */
 static atomic_ulong s_moves;
 /* One bit per fd below S_FD_BITS that is in s_tracked, and a count of the
  * tracked ones above: close() reads them without the lock. Written under
- * s_lock only. */
+ * the lock only. */
 static _Atomic uint64_t s_fd_bits[S_FD_BITS / 64];
 static _Atomic size_t s_nhigh;
-
-static void s_atfork_prepare(void);
-static void s_atfork_parent(void);
-static void s_atfork_child(void);
-
-/* At load, not on first use: a process may fork before it ever calls into
- * the shim, and its child must still own its copy. */
-__attribute__((constructor)) static void s_remember_owner(void)
-{
-    atomic_store(&s_owner, getpid());
-    pthread_atfork(s_atfork_prepare, s_atfork_parent, s_atfork_child);
-}
-
-/* True in a process that shares this memory without owning it (s_owner).
- * A system call: only on paths that hold a hand-over or ask the agent. */
-static bool s_foreign(void)
-{
-    pid_t owner = atomic_load(&s_owner);
-    return owner != 0 && owner != getpid();
-}
 
 /* One line on stderr: "librdzv_shim: <what> <arg>; binds pass through". */
 static void s_say(const char *what, const char *arg)
@@ -121,7 +94,7 @@ static bool s_marked(int fd)
     return (atomic_load(&s_fd_bits[fd / 64]) >> (fd % 64)) & 1;
 }
 
-/* Under s_lock. */
+/* Under the lock. */
 static void s_mark(int fd, bool on)
 {
     if (fd >= S_FD_BITS) {
@@ -143,30 +116,24 @@ static void s_drop_connection(void)
     s_fd = -1;
 }
 
-static void s_atfork_prepare(void)
-{
-    pthread_mutex_lock(&s_lock);
-}
-
-static void s_atfork_parent(void)
-{
-    pthread_mutex_unlock(&s_lock);
-}
-
 /* The child must not share the parent's connection: the agent tells
  * processes apart by their connections. Listeners it inherited stay the
- * parent's to report. */
+ * parent's to report. The child has one thread: no lock needed. */
 static void s_atfork_child(void)
 {
     s_drop_connection();
     if (s_state == S_CONNECTED)
         s_state = S_UNKNOWN;
     atomic_store(&s_ntracked, 0);
-    atomic_store(&s_owner, getpid());
     for (size_t i = 0; i < S_FD_BITS / 64; i++)
         atomic_store(&s_fd_bits[i], 0);
     atomic_store(&s_nhigh, 0);
-    pthread_mutex_unlock(&s_lock);
+}
+
+/* At load, for the reason shim_owner.c gives for its own handlers. */
+__attribute__((constructor)) static void s_forget_in_child(void)
+{
+    pthread_atfork(NULL, NULL, s_atfork_child);
 }
 
 static void s_init(void)
@@ -269,7 +236,7 @@ static int s_connect(int64_t deadline)
     return 0;
 }
 
-/* Under s_lock, after the agent went away: tries to reach it again until
+/* Under the lock, after the agent went away: tries to reach it again until
  * deadline (a restarted agent serves the same socket path), at least once.
  * The lock is let go between tries, so that a CLOSE or another thread's
  * bind is not held up by the sleeps; one of those may reconnect first. */
@@ -287,9 +254,9 @@ static bool s_reconnect(int64_t deadline)
         int64_t left = deadline - s_now_ms();
         if (left <= 0)
             return false;
-        pthread_mutex_unlock(&s_lock);
+        rdzv_shim_owner_unlock();
         usleep((useconds_t) (left < S_RETRY_MS ? left : S_RETRY_MS) * 1000);
-        pthread_mutex_lock(&s_lock);
+        rdzv_shim_owner_lock();
     }
 }
 
@@ -315,7 +282,7 @@ static const char *s_unreachable_why(char *buf, size_t len)
     }
 }
 
-/* Under s_lock: the first try failed, with RDZV_AGENT_SOCKET set. */
+/* Under the lock: the first try failed, with RDZV_AGENT_SOCKET set. */
 static void s_fail_closed(void)
 {
     char why[160], msg[512];
@@ -337,7 +304,7 @@ static void s_lose(void)
     s_state = S_LOST;
 }
 
-/* Under s_lock: a live connection of this process, or false. */
+/* Under the lock: a live connection of this process, or false. */
 static bool s_ensure(void)
 {
     if (s_state == S_CLOSED && s_connect(s_now_ms()) == 0) {
@@ -369,9 +336,9 @@ static bool s_ensure(void)
 
 bool rdzv_shim_agent_closed(void)
 {
-    pthread_mutex_lock(&s_lock);
+    rdzv_shim_owner_lock();
     bool closed = s_state == S_CLOSED;
-    pthread_mutex_unlock(&s_lock);
+    rdzv_shim_owner_unlock();
     return closed;
 }
 
@@ -405,22 +372,22 @@ bool rdzv_shim_agent_range(int *base, int *limit)
 
 bool rdzv_shim_agent_ready(void)
 {
-    if (s_foreign())
+    if (rdzv_shim_owner_foreign())
         return false;
     pthread_once(&s_once, s_init);
-    pthread_mutex_lock(&s_lock);
+    rdzv_shim_owner_lock();
     /* A lost agent's range stays managed; rdzv_shim_agent_bind waits for it. */
     bool ok = s_state == S_LOST || s_ensure();
-    pthread_mutex_unlock(&s_lock);
+    rdzv_shim_owner_unlock();
     return ok;
 }
 
 int rdzv_shim_agent_bind(const rdzv_agent_msg_t *req, rdzv_agent_msg_t *rep, int *fd_out)
 {
-    if (s_foreign())
+    if (rdzv_shim_owner_foreign())
         return -1;
     pthread_once(&s_once, s_init);
-    pthread_mutex_lock(&s_lock);
+    rdzv_shim_owner_lock();
     int rc = -1;
     int64_t deadline = s_deadline();
     if (s_state == S_LOST) {
@@ -437,11 +404,11 @@ int rdzv_shim_agent_bind(const rdzv_agent_msg_t *req, rdzv_agent_msg_t *rep, int
         s_lose();
     if (rc == -1 && s_state == S_LOST)
         rc = -2;
-    pthread_mutex_unlock(&s_lock);
+    rdzv_shim_owner_unlock();
     return rc;
 }
 
-/* Under s_lock: takes fd's entry out of the table into *out; false if
+/* Under the lock: takes fd's entry out of the table into *out; false if
  * there is none. */
 static bool s_take(int fd, s_tracked_t *out)
 {
@@ -458,7 +425,7 @@ static bool s_take(int fd, s_tracked_t *out)
     return false;
 }
 
-/* Under s_lock. */
+/* Under the lock. */
 static void s_put(const s_tracked_t *e)
 {
     size_t n = atomic_load(&s_ntracked);
@@ -469,7 +436,7 @@ static void s_put(const s_tracked_t *e)
     }
 }
 
-/* Under s_lock: tells the agent that the listener of handle is closed. */
+/* Under the lock: tells the agent that the listener of handle is closed. */
 static void s_report_closed(uint64_t handle)
 {
     rdzv_agent_msg_t req = { .magic = RDZV_AGENT_MAGIC, .version = RDZV_AGENT_VERSION,
@@ -485,7 +452,7 @@ static bool s_same_socket(int fd, const s_tracked_t *e)
     return rdzv_shim_proc_same_socket(fd, e->dev, e->ino);
 }
 
-/* Under s_lock: e's descriptor is gone, or about to be. If the process
+/* Under the lock: e's descriptor is gone, or about to be. If the process
  * still holds the socket through a dup(), the entry moves there and the
  * listener stays the process's, as it would without the shim; else the
  * agent is told. */
@@ -510,7 +477,7 @@ static void s_let_go(s_tracked_t e, int gone)
 
 void rdzv_shim_agent_track(int fd, uint64_t handle)
 {
-    if (s_foreign())
+    if (rdzv_shim_owner_foreign())
         return;
     s_tracked_t e = { .fd = fd, .handle = handle };
     struct stat st;
@@ -518,7 +485,7 @@ void rdzv_shim_agent_track(int fd, uint64_t handle)
         e.dev = st.st_dev;
         e.ino = st.st_ino;
     }
-    pthread_mutex_lock(&s_lock);
+    rdzv_shim_owner_lock();
     /* An entry left for fd means its listener was closed where the shim
      * could not see it (raw syscall) and the number reused. */
     s_tracked_t stale;
@@ -526,21 +493,21 @@ void rdzv_shim_agent_track(int fd, uint64_t handle)
     s_put(&e);
     if (have_stale)
         s_let_go(stale, fd);
-    pthread_mutex_unlock(&s_lock);
+    rdzv_shim_owner_unlock();
 }
 
 void rdzv_shim_agent_untrack(int fd)
 {
-    if (!s_marked(fd) || s_foreign())
+    if (!s_marked(fd) || rdzv_shim_owner_foreign())
         return;
-    pthread_mutex_lock(&s_lock);
+    rdzv_shim_owner_lock();
     s_tracked_t e;
     if (s_take(fd, &e))
         s_report_closed(e.handle);
-    pthread_mutex_unlock(&s_lock);
+    rdzv_shim_owner_unlock();
 }
 
-/* Under s_lock: entries whose descriptor no longer holds their socket (an
+/* Under the lock: entries whose descriptor no longer holds their socket (an
  * unlocked close() raced their move there) are let go. Entries without a
  * recorded socket (fstat failed at tracking) cannot be checked. */
 static void s_recheck_moved(void)
@@ -558,7 +525,7 @@ static void s_recheck_moved(void)
     }
 }
 
-/* Under s_lock, after a call that was to free e's number (close(), or a
+/* Under the lock, after a call that was to free e's number (close(), or a
  * dup onto it) and returned rc: if the number still holds e's socket (the
  * call failed, or put a dup of the same socket there) the entry stays, else
  * it is let go. Entries without a recorded socket trust rc. */
@@ -575,12 +542,12 @@ static void s_settle(s_tracked_t e, int rc)
  * them; check every entry under the lock. errno is kept. */
 static void s_recheck_if_moved(unsigned long moves)
 {
-    if (atomic_load(&s_moves) == moves || s_foreign())
+    if (atomic_load(&s_moves) == moves || rdzv_shim_owner_foreign())
         return;
     int saved = errno;
-    pthread_mutex_lock(&s_lock);
+    rdzv_shim_owner_lock();
     s_recheck_moved();
-    pthread_mutex_unlock(&s_lock);
+    rdzv_shim_owner_unlock();
     errno = saved;
 }
 
@@ -596,18 +563,18 @@ static int s_release(int fd, s_free_fn call, const int *args)
         s_recheck_if_moved(moves);
         return rc;
     }
-    if (s_foreign())
+    if (rdzv_shim_owner_foreign())
         return call(fd, args);
     /* The entry goes and the number is freed under the lock: a thread that
      * gets the number next and binds on it cannot be tracked in between. */
-    pthread_mutex_lock(&s_lock);
+    rdzv_shim_owner_lock();
     s_tracked_t e;
     bool tracked = s_take(fd, &e);
     int rc = call(fd, args);
     int saved = errno;
     if (tracked)
         s_settle(e, rc);
-    pthread_mutex_unlock(&s_lock);
+    rdzv_shim_owner_unlock();
     errno = saved;
     return rc;
 }
@@ -647,7 +614,7 @@ int rdzv_shim_agent_close_range(unsigned int first, unsigned int last, int flags
     if (flags & CLOSE_RANGE_CLOEXEC)
         return real->close_range(first, last, flags);
     bool unshare = flags & CLOSE_RANGE_UNSHARE;
-    if (atomic_load(&s_ntracked) == 0 || s_foreign()) {
+    if (atomic_load(&s_ntracked) == 0 || rdzv_shim_owner_foreign()) {
         int rc = real->close_range(first, last, flags);
         if (!unshare)
             s_recheck_if_moved(moves);
@@ -659,7 +626,7 @@ int rdzv_shim_agent_close_range(unsigned int first, unsigned int last, int flags
      * and closes the process's own. */
     if (unshare && rdzv_shim_proc_threads() != 1)
         return real->close_range(first, last, flags);
-    pthread_mutex_lock(&s_lock);
+    rdzv_shim_owner_lock();
     s_tracked_t gone[SHIM_MAX_TRACKED];
     size_t n = 0;
     for (size_t i = 0; i < atomic_load(&s_ntracked);) {
@@ -673,7 +640,7 @@ int rdzv_shim_agent_close_range(unsigned int first, unsigned int last, int flags
     int saved = errno;
     for (size_t i = 0; i < n; i++)
         s_settle(gone[i], rc);
-    pthread_mutex_unlock(&s_lock);
+    rdzv_shim_owner_unlock();
     errno = saved;
     return rc;
 }
