@@ -1,8 +1,5 @@
 /* The assignment and status documents, built from a group's state. */
 #include "documents.h"
-#include "rdzv_proto.h"
-
-#include <stdio.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -50,9 +47,10 @@ static cJSON *s_members(const rdzv_state_t *st, const rdzv_group_t *g, bool with
     return members;
 }
 
-/* The fields every rank of the epoch shares, as JSON object members
- * without braces: built with cJSON once per epoch (and members variant). */
-rdzv_shared_t *rdzv_group_shared(const rdzv_state_t *st, rdzv_group_t *g, bool with_members)
+/* The fields every rank of g's complete epoch shares, as JSON object
+ * members without braces: built with cJSON once per epoch (and members
+ * variant) and kept in g; NULL out of memory. */
+static rdzv_shared_t *s_shared(const rdzv_state_t *st, rdzv_group_t *g, bool with_members)
 {
     rdzv_shared_t **slot = &g->shared[with_members];
     if (*slot)
@@ -78,48 +76,6 @@ rdzv_shared_t *rdzv_group_shared(const rdzv_state_t *st, rdzv_group_t *g, bool w
     return *slot;
 }
 
-/* An open-addressing set of a group's nodes, by their plans entry. */
-typedef struct {
-    const void *node;
-    int count, index;
-} s_node_slot_t;
-
-rdzv_local_t *rdzv_group_local_ranks(const rdzv_group_t *g)
-{
-    size_t cap = 16;
-    while (cap < (size_t) g->world * 2)
-        cap *= 2;
-    rdzv_local_t *local = malloc((size_t) g->world * sizeof *local);
-    s_node_slot_t *t = calloc(cap, sizeof *t);
-    int *slot_of = malloc((size_t) g->world * sizeof *slot_of);
-    if (!local || !t || !slot_of) {
-        free(local);
-        free(t);
-        free(slot_of);
-        return NULL;
-    }
-    int nodes = 0;
-    for (int r = 0; r < g->world; r++) {
-        const rdzv_member_t *m = rdzv_group_at(g, r);
-        const void *key = m ? (const void *) m->plan_node : NULL;
-        size_t i = ((uintptr_t) key >> 4) * 0x9E3779B97F4A7C15ull & (cap - 1);
-        while (t[i].count && t[i].node != key)
-            i = (i + 1) & (cap - 1);
-        if (t[i].count == 0)
-            t[i] = (s_node_slot_t) { .node = key, .index = nodes++ };
-        local[r].local_rank = t[i].count++;
-        slot_of[r] = (int) i;
-    }
-    for (int r = 0; r < g->world; r++) {
-        local[r].local_world = t[slot_of[r]].count;
-        local[r].group_rank = t[slot_of[r]].index;
-        local[r].group_world = nodes;
-    }
-    free(t);
-    free(slot_of);
-    return local;
-}
-
 /* The parts of rank's assignment, but its peer and text. */
 rdzv_reply_t rdzv_assignment_parts(const rdzv_state_t *st, rdzv_group_t *g, int rank,
                                    int first_port, int role_port,
@@ -130,7 +86,7 @@ rdzv_reply_t rdzv_assignment_parts(const rdzv_state_t *st, rdzv_group_t *g, int 
                             .role_port = role_port,
                             .local_rank = local->local_rank, .local_world = local->local_world,
                             .group_rank = local->group_rank, .group_world = local->group_world,
-                            .shared = rdzv_group_shared(st, g, with_members) };
+                            .shared = s_shared(st, g, with_members) };
 }
 
 char *rdzv_assignment_text(const rdzv_state_t *st, rdzv_group_t *g, int rank, int64_t req_id,
@@ -214,7 +170,7 @@ static void s_add_overlap(cJSON **out, int r, const rdzv_member_t *m, const char
     cJSON_AddItemToArray(*out, o);
 }
 
-cJSON *rdzv_group_overlaps(const rdzv_state_t *st, const rdzv_group_t *g)
+cJSON *rdzv_status_overlaps(const rdzv_state_t *st, const rdzv_group_t *g)
 {
     if (!st->shared_hosts || !g->complete)
         return NULL;             /* the usual case: one node per address */
@@ -256,48 +212,6 @@ static const char *s_root_state(const rdzv_group_t *g)
     return g->root_retired && g->root_done_epoch == g->epoch ? "retired" : "done";
 }
 
-cJSON *rdzv_group_missing(const rdzv_group_t *g, int max)
-{
-    cJSON *out = cJSON_CreateArray();
-    for (int r = 0; out && r < g->world && cJSON_GetArraySize(out) < max; r++) {
-        const rdzv_member_t *m = rdzv_group_at(g, r);
-        if (!m || m->epoch != g->epoch)
-            cJSON_AddItemToArray(out, cJSON_CreateNumber(r));
-    }
-    return out;
-}
-
-char *rdzv_group_timeout_reply(const rdzv_group_t *g, int64_t req_id)
-{
-    enum { NAMED = 8 };
-    cJSON *missing = rdzv_group_missing(g, RDZV_STATUS_MISSING_MAX);
-    int count = g->world - g->joined, named = 0;
-    char ranks[160] = "";
-    for (const cJSON *r = missing ? missing->child : NULL; r && named < NAMED; r = r->next) {
-        size_t used = strlen(ranks);
-        snprintf(ranks + used, sizeof ranks - used, "%s%d", named ? ", " : "", r->valueint);
-        named++;
-    }
-    char more[48] = "";
-    if (count > named)
-        snprintf(more, sizeof more, " and %d more", count - named);
-    char msg[320];
-    snprintf(msg, sizeof msg, "group %s: %d of %d ranks joined epoch %lld, waiting for rank%s "
-             "%s%s", g->name, g->joined, g->world, (long long) g->epoch, count > 1 ? "s" : "",
-             ranks, more);
-    cJSON *detail = cJSON_CreateObject();
-    if (detail) {
-        cJSON_AddNumberToObject(detail, "joined", g->joined);
-        cJSON_AddNumberToObject(detail, "world", g->world);
-        cJSON_AddNumberToObject(detail, "missing_count", count);
-        if (missing)
-            cJSON_AddItemToObject(detail, "missing", missing);
-        missing = NULL;
-    }
-    cJSON_Delete(missing);
-    return rdzv_reply_error_detail(req_id, RDZV_E_TIMEOUT, msg, detail);
-}
-
 static cJSON *s_status(const rdzv_state_t *st, rdzv_group_t *g, int64_t now_ms)
 {
     cJSON *item = cJSON_CreateObject();
@@ -324,7 +238,7 @@ static cJSON *s_status(const rdzv_state_t *st, rdzv_group_t *g, int64_t now_ms)
     if (g->nccl_mode == RDZV_NCCL_SERVER && g->complete)
         cJSON_AddStringToObject(item, "nccl_root", s_root_state(g));
     s_add_ids(item, g);
-    cJSON *overlaps = rdzv_group_overlaps(st, g);
+    cJSON *overlaps = rdzv_status_overlaps(st, g);
     if (overlaps)
         cJSON_AddItemToObject(item, "plan_overlaps", overlaps);
     cJSON_AddItemToObject(item, "members", s_members(st, g, true, now_ms));

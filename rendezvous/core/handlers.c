@@ -288,7 +288,7 @@ static rdzv_group_t *s_record_changes(rdzv_batch_t *self, const rdzv_peer_t *pee
     bool same_session = m && strcmp(m->session, req->session) == 0;
     if (!g && !(g = s_make_group(self, peer, req)))
         return NULL;
-    if (next_why && rdzv_group_next_epoch(self, g, next_why) < 0) {
+    if (next_why && rdzv_release_next_epoch(self, g, next_why) < 0) {
         rdzv_batch_error(self, peer, RDZV_E_INTERNAL, "cannot record the new epoch");
         return NULL;
     }
@@ -313,7 +313,7 @@ static void s_wait_in_epoch(rdzv_batch_t *self, const rdzv_peer_t *peer, rdzv_gr
     m->last_seen_ms = g->heard_ms = self->now_ms;
     s_set_waiter(self, g, m, peer, req);
     if (g->joined == g->world && !g->complete)
-        rdzv_group_release(self, g);
+        rdzv_release_group(self, g);
 }
 
 /* A join that counts towards an epoch (rules 1-5 but the refusals and the

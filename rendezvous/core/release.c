@@ -111,7 +111,7 @@ static int s_lay_out_plans(rdzv_batch_t *self, rdzv_group_t *g, int *starts)
 void rdzv_group_check_overlaps(rdzv_batch_t *self, rdzv_group_t *g)
 {
     g->overlaps_due = false;
-    cJSON *overlaps = rdzv_group_overlaps(self->state, g);
+    cJSON *overlaps = rdzv_status_overlaps(self->state, g);
     const cJSON *o = cJSON_GetArrayItem(overlaps, 0);
     if (o)
         rdzv_core_log("overlap", "group=%s rank=%d node=%s shares host %s with node=%s, whose "
@@ -169,7 +169,7 @@ static void s_reply_assignment(rdzv_batch_t *self, rdzv_group_t *g, int rank,
     rdzv_batch_reply_assignment(self, peer, &parts);
 }
 
-void rdzv_group_release(rdzv_batch_t *self, rdzv_group_t *g)
+void rdzv_release_group(rdzv_batch_t *self, rdzv_group_t *g)
 {
     int64_t t_start = rdzv_trace_ns();
     cJSON *ids = NULL;
@@ -235,7 +235,7 @@ void rdzv_release_answer(rdzv_batch_t *self)
     self->releasing = (rdzv_release_t) { 0 };
 }
 
-int rdzv_group_next_epoch(rdzv_batch_t *self, rdzv_group_t *g, const char *why)
+int rdzv_release_next_epoch(rdzv_batch_t *self, rdzv_group_t *g, const char *why)
 {
     for (rdzv_kv_waiter_t *w = zlistx_first(g->kv_waiters); w; w = zlistx_next(g->kv_waiters))
         rdzv_batch_error(self, &w->peer, RDZV_E_STALE_EPOCH, "group %s moved past epoch %lld",
