@@ -1,7 +1,7 @@
 /* The shim's connection to the agent: one per process, opened on first
- * need, replaced in a forked child, serialised by a lock. Also the table of
- * descriptors that hold handed-over listeners, so that close() can tell
- * the agent. */
+ * need, replaced in a forked child, serialised by the shim's lock
+ * (shim_owner.h). What the agent said of the managed range lives here too.
+ * The hand-overs it made are tracked in shim_handover.h. */
 #ifndef RDZV_SHIM_AGENT_H
 #define RDZV_SHIM_AGENT_H
 
@@ -32,25 +32,9 @@ bool rdzv_shim_agent_off(void);
  * back within RDZV_SHIM_AGENT_WAIT_MS (default 10000): fail the bind. */
 int rdzv_shim_agent_bind(const rdzv_agent_msg_t *req, rdzv_agent_msg_t *rep, int *fd_out);
 
-/* fd now holds the listener of hand-over handle. An entry still there for
- * fd (its listener closed unseen) is reported closed first. */
-void rdzv_shim_agent_track(int fd, uint64_t handle);
-/* fd no longer holds its hand-over (it was never installed): tells the
- * agent; fd itself stays open. */
-void rdzv_shim_agent_untrack(int fd);
-/* close(fd) through libc, with errno as libc leaves it; if fd held a
- * hand-over, the entry goes and the number is freed under the lock, then
- * the agent is told (one round trip). An untracked fd takes no lock. */
-int rdzv_shim_agent_close(int fd);
-/* dup2(from, to) (flags -1) or dup3(from, to, flags) through libc: to is
- * freed as by close() first, when it held a hand-over. */
-int rdzv_shim_agent_dup(int from, int to, int flags);
-/* close_range() through libc (the system call before glibc 2.34): every
- * hand-over in [first, last] is let go as by close(), unless the flags
- * only mark them close-on-exec or close them in a copy of the table that
- * other threads do not share. In a process that shares the shim's memory
- * without owning it (a vfork() child), these, close() and the agent's
- * calls go straight to libc or pass: the table is the parent's. */
-int rdzv_shim_agent_close_range(unsigned int first, unsigned int last, int flags);
+/* Under the shim's lock: tells the agent that the listener of hand-over
+ * handle is closed (one round trip), if it is connected; a failure counts
+ * as the agent lost. */
+void rdzv_shim_agent_report_closed(uint64_t handle);
 
 #endif

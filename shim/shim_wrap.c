@@ -3,6 +3,7 @@
  * listener. Everything that is not a TCP bind on the managed range (or a
  * port-0 probe), or does not free such a descriptor, goes to libc at once. */
 #include "shim_agent.h"
+#include "shim_handover.h"
 #include "shim_rules.h"
 #include "shim_syms.h"
 
@@ -226,9 +227,9 @@ static int s_managed_bind(int fd, const struct sockaddr *addr, socklen_t len,
     /* Listeners and probes alike: the agent keeps a duplicate of each and
      * must hear when the process closes its own. */
     if (rep.handle) {
-        rdzv_shim_agent_track(fd, rep.handle);
+        rdzv_shim_handover_track(fd, rep.handle);
         if (err)
-            rdzv_shim_agent_untrack(fd);
+            rdzv_shim_handover_untrack(fd);
     }
     return err;
 }
@@ -262,7 +263,7 @@ int close(int fd)
     if (s_busy)
         return rdzv_shim_real()->close(fd);
     s_busy = 1;
-    int rc = rdzv_shim_agent_close(fd);
+    int rc = rdzv_shim_handover_close(fd);
     s_busy = 0;
     return rc;
 }
@@ -272,7 +273,7 @@ int dup2(int from, int to)
     if (s_busy)
         return rdzv_shim_real()->dup2(from, to);
     s_busy = 1;
-    int rc = rdzv_shim_agent_dup(from, to, -1);
+    int rc = rdzv_shim_handover_dup(from, to, -1);
     s_busy = 0;
     return rc;
 }
@@ -282,7 +283,7 @@ int dup3(int from, int to, int flags)
     if (s_busy || flags < 0)
         return rdzv_shim_real()->dup3(from, to, flags);
     s_busy = 1;
-    int rc = rdzv_shim_agent_dup(from, to, flags);
+    int rc = rdzv_shim_handover_dup(from, to, flags);
     s_busy = 0;
     return rc;
 }
@@ -292,7 +293,7 @@ int close_range(unsigned int first, unsigned int last, int flags)
     if (s_busy)
         return rdzv_shim_real()->close_range(first, last, flags);
     s_busy = 1;
-    int rc = rdzv_shim_agent_close_range(first, last, flags);
+    int rc = rdzv_shim_handover_close_range(first, last, flags);
     s_busy = 0;
     return rc;
 }
