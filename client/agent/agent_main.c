@@ -1,5 +1,6 @@
 #include "agent.h"
 #include "agent_child.h"
+#include "agent_cli.h"
 #include "agent_control.h"
 #include "agent_lease.h"
 #include "agent_opts.h"
@@ -7,7 +8,6 @@
 #include "agent_proto.h"
 #include "agent_reserve.h"
 #include "agent_serve.h"
-#include "cli.h"
 #include "rdzv_util.h"
 
 #include <cjson/cJSON.h>
@@ -43,7 +43,7 @@ typedef struct {
     char *session_path;        /* PATH.session: held until the agent serves */
     char session[2 * 16 + 1];
     pid_t child;
-    cli_progress_t *progress;  /* until the first assignment */
+    rdzv_agent_progress_t *progress;  /* until the first assignment */
     bool done;
     int exit_code;
 } s_agent_t;
@@ -97,7 +97,7 @@ static void s_share_env_file(int fd, const rdzv_agent_opts_t *o)
 
 static int s_write_env_file(s_agent_t *self, const rdzv_assignment_t *a)
 {
-    char *text = cli_assignment_env(a, self->opts.server);
+    char *text = rdzv_agent_cli_env(a, self->opts.server);
     size_t len = strlen(self->env_path) + 16;
     char *tmp = malloc(len);
     if (!text || !tmp) {
@@ -274,7 +274,7 @@ static const char *s_shim_path(const rdzv_agent_opts_t *opts)
 
 static void s_start_child(s_agent_t *self, const rdzv_assignment_t *a)
 {
-    char *text = cli_assignment_env(a, self->opts.server);
+    char *text = rdzv_agent_cli_env(a, self->opts.server);
     rdzv_agent_child_env_t spec = {
         .assignment_env = text ? text : "", .shim_path = s_shim_path(&self->opts),
         .socket_path = self->opts.socket_path,
@@ -292,7 +292,7 @@ static void s_start_child(s_agent_t *self, const rdzv_assignment_t *a)
 /* The first assignment: reserve, write PATH.env, open the socket, start CMD. */
 static void s_start(s_agent_t *self, const rdzv_assignment_t *a)
 {
-    cli_progress_stop(&self->progress);
+    rdzv_agent_cli_progress_stop(&self->progress);
     s_read_range(self, a);
     self->epoch = rdzv_assignment_epoch(a);
     if (s_reserve_plan(self, a) < 0)
@@ -473,7 +473,7 @@ static void s_loop(s_agent_t *self)
 
 static void s_cleanup(s_agent_t *self)
 {
-    cli_progress_stop(&self->progress);
+    rdzv_agent_cli_progress_stop(&self->progress);
     rdzv_agent_serve_destroy(&self->serve);
     if (self->env_path)
         unlink(self->env_path);
@@ -592,8 +592,8 @@ static int s_init(s_agent_t *self)
         fprintf(stderr, "rdzv agent: %s\n", err);
         return -1;
     }
-    self->progress = cli_progress_start("agent", self->opts.server, self->opts.group,
-                                        self->opts.timeout_s * 1000);
+    self->progress = rdzv_agent_cli_progress_start(self->opts.server, self->opts.group,
+                                                   self->opts.timeout_s * 1000);
     return 0;
 }
 
