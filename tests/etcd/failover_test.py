@@ -5,7 +5,7 @@ every replica in --server, and KV values are put meanwhile. Every round:
 every rank gets an assignment, all of one epoch and one plan (no two
 leaders handed out different ones); at the end every KV value whose put was
 acknowledged is readable. Prints the takeover times (kill to the next
-leader's /readyz 200), median and max. TAP.
+leader's /readyz 200), median and max. One line per check (rdzvtest).
 
 Needs RDZVD, RDZV and etcd (Debian's etcd-server); skips without etcd.
 RDZV_ETCD_ROUNDS and RDZV_ETCD_RANKS shrink it for a quick look."""
@@ -20,10 +20,14 @@ import tempfile
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+try:
+    import rdzvtest
+except ImportError:     # run by hand (docs/performance.md): meson's PYTHONPATH is not set
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+    import rdzvtest
+
 import etcd_cluster  # noqa: E402
-from replicas import Replicas, Tap, skipped, rdzv, spawn_join  # noqa: E402
+from replicas import Replicas, skipped, rdzv, spawn_join  # noqa: E402
 
 ROUNDS = int(os.environ.get("RDZV_ETCD_ROUNDS", "20"))
 RANKS = int(os.environ.get("RDZV_ETCD_RANKS", "256"))
@@ -78,8 +82,8 @@ class KvWriter(threading.Thread):
 
 def main():
     if skipped():
-        return 0
-    tap = Tap()
+        return rdzvtest.SKIP
+    tap = rdzvtest.Report()
     takeovers = []
     with tempfile.TemporaryDirectory(prefix="rdzv-etcd-failover-") as d, \
             etcd_cluster.EtcdCluster(members=3, workdir=os.path.join(d, "etcd")) as etcd:
@@ -118,7 +122,7 @@ def main():
                 if rc != 0:
                     tap.ok(False, f"round {r}: its group deleted", err)
                 caught = [l for l in new.log().splitlines() if "leading:" in l][-1:]
-                tap.diag(f"round {r}: killed {leader.endpoint} {delay:.2f} s into the joins; "
+                tap.note(f"round {r}: killed {leader.endpoint} {delay:.2f} s into the joins; "
                          f"{new.endpoint} led {takeovers[-1]:.2f} s later; "
                          + (caught[0].split("leading: ")[-1] if caught else ""))
             writer.halt.set()
@@ -133,9 +137,9 @@ def main():
                    f"every acknowledged KV value is readable ({len(writer.acked)} acked, "
                    f"{writer.refused} refused while no replica led)", f"missing: {missing[:10]}")
             fenced = [r for r in reps.all if "fenced" in r.log()]
-            tap.diag(f"replicas that logged being fenced: {len(fenced)}")
+            tap.note(f"replicas that logged being fenced: {len(fenced)}")
             if takeovers:
-                tap.diag("takeover (kill to the next leader's /readyz 200) with a %d s lease: "
+                tap.note("takeover (kill to the next leader's /readyz 200) with a %d s lease: "
                          "median %.2f s, max %.2f s over %d rounds"
                          % (2, statistics.median(takeovers), max(takeovers), len(takeovers)))
         finally:

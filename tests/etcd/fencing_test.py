@@ -2,7 +2,8 @@
 """A leader stopped (SIGSTOP) past its lease is fenced: a standby takes
 over and serves, and when the old one runs again (SIGCONT) it neither puts
 anything in etcd nor answers the request that waited in its socket while
-it was stopped; it exits and its log says why. TAP.
+it was stopped; it exits and its log says why. One line per check
+(rdzvtest).
 
 Needs RDZVD, RDZV, pyzmq and etcd (Debian's etcd-server); skips without."""
 import json
@@ -12,11 +13,10 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import etcd_cluster  # noqa: E402
-from replicas import LEASE_S, Replicas, Tap, metrics, skipped, rdzv  # noqa: E402
-from rdzvtest import wait_for  # noqa: E402
+import etcd_cluster
+import rdzvtest
+from replicas import LEASE_S, Replicas, metrics, skipped, rdzv
+from rdzvtest import wait_for
 
 PREFIX = "/rdzv-fence"
 
@@ -29,13 +29,12 @@ def log_values(etcd):
 
 def main():
     if skipped():
-        return 0
+        return rdzvtest.SKIP
     try:
         import zmq
     except ImportError:
-        print("1..0 # SKIP pyzmq (python3-zmq) not installed")
-        return 0
-    tap = Tap()
+        return rdzvtest.skip_all("pyzmq (python3-zmq) not installed")
+    tap = rdzvtest.Report()
     with tempfile.TemporaryDirectory(prefix="rdzv-etcd-fence-") as d, \
             etcd_cluster.EtcdCluster(members=3, workdir=os.path.join(d, "etcd")) as etcd:
         reps = Replicas(d, etcd.endpoints, n=2, prefix=PREFIX)

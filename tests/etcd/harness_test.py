@@ -5,41 +5,18 @@ refuses them (within the client's timeout, not by hanging) with two killed,
 has kept what it acknowledged once the two restart, and leaves no process
 or directory behind. Also pins the JSON-gateway behaviours the etcd journal
 leans on, so that another etcd release that changes them fails here first.
-TAP. Needs only etcd (Debian's etcd-server); skips without it."""
+One line per check (rdzvtest), each as it happens, so a hang still shows
+how far it got. Needs only etcd (Debian's etcd-server); skips without it."""
 import os
 import signal
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from etcd_cluster import EtcdCluster, GatewayError, b64, etcd_available  # noqa: E402
+import rdzvtest
+from etcd_cluster import EtcdCluster, GatewayError, b64, etcd_available
 
 OVERALL_S = 150       # the whole test, start to last member reaped
 PLAN = 12
-
-
-class Tap:
-    """TAP lines as the checks happen, so a hang still shows how far it got;
-    finish() marks the checks never reached as failed."""
-
-    def __init__(self, plan):
-        self.plan, self.n, self.failed = plan, 0, False
-        print(f"1..{plan}", flush=True)
-
-    def ok(self, good, name, why=""):
-        self.n += 1
-        self.failed |= not good
-        print(f"{'ok' if good else 'not ok'} {self.n} - {name}", flush=True)
-        if not good and why:
-            for line in str(why).rstrip().splitlines():
-                print(f"# {line}", flush=True)
-        return good
-
-    def finish(self, why):
-        while self.n < self.plan:
-            self.ok(False, "not reached", why)
-            why = ""
-        return 1 if self.failed else 0
 
 
 class Timeout(Exception):
@@ -145,12 +122,11 @@ def exercise(c, tap, pids):
 def main():
     have, why = etcd_available()
     if not have:
-        print(f"1..0 # SKIP {why}")
-        return 0
+        return rdzvtest.skip_all(why)
     signal.signal(signal.SIGALRM, on_alarm)
     signal.alarm(OVERALL_S)
     t0 = time.monotonic()
-    tap, pids, workdir, why = Tap(PLAN), set(), None, "an earlier check failed"
+    tap, pids, workdir, why = rdzvtest.Report(PLAN), set(), None, "an earlier check failed"
     try:
         with EtcdCluster(members=3) as c:
             workdir = c.workdir
@@ -163,8 +139,8 @@ def main():
         left = [p for p in pids if os.path.exists(f"/proc/{p}")] + processes_under(workdir)
         tap.ok(not left, f"no member left running ({len(pids)} started)", left)
         tap.ok(not os.path.exists(workdir), "the temporary workdir is removed", workdir)
-    print(f"# {time.monotonic() - t0:.1f} s in all", flush=True)
-    return tap.finish(why)
+    tap.note(f"{time.monotonic() - t0:.1f} s in all")
+    return tap.done(why)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 """rdzvd on a 3-member etcd that loses members. One member killed during a
 rendezvous: the group still forms. Two killed: requests fail cleanly with
 "unavailable" instead of hanging or being acknowledged unrecorded. Both
-back: rdzvd serves again, and everything acknowledged before is there. TAP.
+back: rdzvd serves again, and everything acknowledged before is there.
+One line per check (rdzvtest).
 
 Needs RDZVD, RDZV and etcd (Debian's etcd-server); skips without."""
 import os
@@ -10,17 +11,16 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import etcd_cluster  # noqa: E402
-from replicas import Replicas, Tap, http_status, skipped, rdzv, spawn_join  # noqa: E402
-from rdzvtest import wait_for  # noqa: E402
+import etcd_cluster
+import rdzvtest
+from replicas import Replicas, http_status, skipped, rdzv, spawn_join
+from rdzvtest import wait_for
 
 
 def main():
     if skipped():
-        return 0
-    tap = Tap()
+        return rdzvtest.SKIP
+    tap = rdzvtest.Report()
     with tempfile.TemporaryDirectory(prefix="rdzv-etcd-quorum-") as d, \
             etcd_cluster.EtcdCluster(members=3, workdir=os.path.join(d, "etcd")) as etcd:
         reps = Replicas(d, etcd.endpoints, n=2, prefix="/rdzv-quorum")

@@ -5,7 +5,7 @@ into an rdzvd on a file journal and an rdzvd on etcd, then restarts both
 (each replays its journal) and compares what `rdzv status --json` and
 `rdzv kv get` show: before and after the restart, and file against etcd.
 One case writes enough to make both compact (--compact-mib 1), so that the
-etcd snapshot's replay is covered too. TAP.
+etcd snapshot's replay is covered too. One line per check (rdzvtest).
 
 Needs RDZVD, RDZV and etcd (Debian's etcd-server); skips without."""
 import json
@@ -13,12 +13,9 @@ import os
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-import etcd_cluster  # noqa: E402
-import rdzvtest  # noqa: E402
-from replicas import RDZVD, Replica, Tap, skipped, rdzv, spawn_join  # noqa: E402
+import etcd_cluster
+import rdzvtest
+from replicas import RDZVD, Replica, skipped, rdzv, spawn_join
 
 # Fields that say how the process is now, not what was recorded.
 VOLATILE = {"age_s", "alive", "nccl_root", "seen_s", "last_seen_s"}
@@ -123,8 +120,8 @@ def state(server):
 
 def main():
     if skipped():
-        return 0
-    tap = Tap()
+        return rdzvtest.SKIP
+    tap = rdzvtest.Report()
     with tempfile.TemporaryDirectory(prefix="rdzv-etcd-replay-") as d, \
             etcd_cluster.EtcdCluster(members=1, workdir=os.path.join(d, "etcd")) as etcd:
         for n, (name, drive, extra) in enumerate(CASES):

@@ -4,13 +4,10 @@ replica is a real rdzvd (tests/lib/rdzvtest.Rdzvd) on a loopback port with
 its /readyz on a port of its own."""
 import os
 import subprocess
-import sys
-import urllib.error
 import urllib.request
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-import rdzvtest  # noqa: E402
-from rdzvtest import Fail, free_port, wait_for  # noqa: E402
+import rdzvtest
+from rdzvtest import Fail, free_port, wait_for
 
 RDZVD = os.environ.get("RDZVD", "rdzvd")
 RDZV = os.environ.get("RDZV", "rdzv")
@@ -20,13 +17,7 @@ LEASE_S = 2
 
 def http_status(port, path):
     """The HTTP status of GET path on 127.0.0.1:port, 0 if nothing answers."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
-            return r.status
-    except urllib.error.HTTPError as e:
-        return e.code
-    except OSError:
-        return 0
+    return rdzvtest.http_status(f"http://127.0.0.1:{port}{path}")
 
 
 def metrics(port):
@@ -106,35 +97,11 @@ def spawn_join(servers, group, world, rank, timeout=60):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-class Tap:
-    """TAP lines, numbered as they come; plan printed at the end."""
-
-    def __init__(self):
-        self.n = 0
-        self.failed = 0
-
-    def ok(self, cond, what, detail=""):
-        self.n += 1
-        if not cond:
-            self.failed += 1
-        print("%sok %d - %s%s" % ("" if cond else "not ", self.n, what,
-                                  "" if cond or not detail else ": " + str(detail)[:2000]),
-              flush=True)
-        return cond
-
-    def diag(self, text):
-        for line in str(text).splitlines():
-            print("# " + line, flush=True)
-
-    def done(self):
-        print("1..%d" % self.n, flush=True)
-        return 1 if self.failed else 0
-
-
 def skipped():
-    """Prints TAP's skip plan and returns True where etcd is missing."""
+    """Prints the skip plan and returns True where etcd is missing (the
+    test then exits with rdzvtest.SKIP)."""
     import etcd_cluster
     have, why = etcd_cluster.etcd_available()
     if not have:
-        print(f"1..0 # SKIP {why}", flush=True)
+        rdzvtest.skip_all(why)
     return not have

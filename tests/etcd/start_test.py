@@ -4,7 +4,8 @@ members killed (no quorum: the last one takes calls and answers none):
 rdzvd logs that it tries again, with back-off, instead of exiting; once the
 members are back it comes up, leads and serves a join. Without quorum for
 good it gives up at its bound (12 leases) with exit 1 and says why. A
-wrong address is no passing trouble: it still exits at once. TAP.
+wrong address is no passing trouble: it still exits at once. One line per
+check (rdzvtest).
 
 Needs RDZVD, RDZV and etcd (Debian's etcd-server); skips without."""
 import os
@@ -12,11 +13,10 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import etcd_cluster  # noqa: E402
-from replicas import Replica, Tap, skipped, rdzv  # noqa: E402
-from rdzvtest import wait_for  # noqa: E402
+import etcd_cluster
+import rdzvtest
+from replicas import Replica, skipped, rdzv
+from rdzvtest import wait_for
 
 LEASE_S = 2
 # rdzvd's bound at start is 12 leases; a margin for the last call and the exit.
@@ -51,7 +51,7 @@ def comes_up_with_quorum(tap, d, etcd):
         rc, _, err = rdzv("join", "--server", open(r.ep_file).read().strip(), "--group", "s",
                           "--world", "1", "--rank", "0", "--timeout", "20")
     tap.ok(rc == 0, "and serves a join", err)
-    tap.diag(f"{retries} retries logged before etcd had quorum again")
+    tap.note(f"{retries} retries logged before etcd had quorum again")
     return r
 
 
@@ -86,8 +86,8 @@ def wrong_address_fails_at_once(tap, d):
 
 def main():
     if skipped():
-        return 0
-    tap = Tap()
+        return rdzvtest.SKIP
+    tap = rdzvtest.Report()
     with tempfile.TemporaryDirectory(prefix="rdzv-etcd-start-") as d, \
             etcd_cluster.EtcdCluster(members=3, workdir=os.path.join(d, "etcd")) as etcd:
         up = None

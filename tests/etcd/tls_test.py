@@ -3,7 +3,8 @@
 certificates (--client-cert-auth), a CA and certificates made here with
 openssl. With --etcd-ca/--etcd-cert/--etcd-key rdzvd leads, serves and
 replays its state after a restart; without its certificate, or trusting
-another CA, it refuses to start and says why. TAP.
+another CA, it refuses to start and says why. One line per check
+(rdzvtest).
 
 Needs RDZVD, RDZV, openssl and etcd (Debian's etcd-server); skips without."""
 import os
@@ -13,12 +14,9 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-import etcd_cluster  # noqa: E402
-import rdzvtest  # noqa: E402
-from replicas import RDZVD, Tap, skipped, http_status, rdzv  # noqa: E402
+import etcd_cluster
+import rdzvtest
+from replicas import RDZVD, skipped, http_status, rdzv
 
 
 def openssl(*args, cwd):
@@ -44,11 +42,10 @@ def make_pki(d):
 
 def main():
     if skipped():
-        return 0
+        return rdzvtest.SKIP
     if not shutil.which("openssl"):
-        print("1..0 # SKIP openssl not installed")
-        return 0
-    tap = Tap()
+        return rdzvtest.skip_all("openssl not installed")
+    tap = rdzvtest.Report()
     with tempfile.TemporaryDirectory(prefix="rdzv-etcd-tls-") as d:
         make_pki(d)
         client_port, peer_port = rdzvtest.free_port(), rdzvtest.free_port()

@@ -10,7 +10,8 @@ leader; all four get the one assignment of epoch 1. Then rounds with the
 kill at a random point: before any join, between joins, right after the
 last one (the assignment being committed or sent), with the late ranks
 joining before or after the election. Prints the seed (RDZV_ETCD_SEED
-replays a run) and each round's kill point. TAP.
+replays a run) and each round's kill point. One line per check
+(rdzvtest).
 
 Needs RDZVD, RDZV and etcd (Debian's etcd-server); skips without etcd.
 RDZV_ETCD_ROUNDS sets the number of random rounds (default 4)."""
@@ -23,10 +24,14 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+try:
+    import rdzvtest
+except ImportError:     # run by hand (docs/reliability.md): meson's PYTHONPATH is not set
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+    import rdzvtest
+
 import etcd_cluster  # noqa: E402
-from replicas import Replicas, Tap, skipped, rdzv, spawn_join  # noqa: E402
+from replicas import Replicas, skipped, rdzv, spawn_join  # noqa: E402
 from rdzvtest import wait_for  # noqa: E402
 
 ROUNDS = int(os.environ.get("RDZV_ETCD_ROUNDS", "4"))
@@ -57,7 +62,7 @@ def results(procs, since=None):
         asg = json.loads(stdout) if p.returncode == 0 else None
         out.append((p.returncode, asg, stderr.strip()[-300:]))
     if since is not None:
-        print("# every rank done %.2f s after the kill" % (time.monotonic() - since), flush=True)
+        rdzvtest.note("every rank done %.2f s after the kill" % (time.monotonic() - since))
     return out
 
 
@@ -94,7 +99,7 @@ def exact_sequence(tap, reps, servers):
     killed = time.monotonic()
     kill(leader)
     new = reps.wait_leader(other_than=leader)
-    tap.diag("the new leader serves %.2f s after the kill" % (time.monotonic() - killed))
+    tap.note("the new leader serves %.2f s after the kill" % (time.monotonic() - killed))
     procs += [spawn_join(servers, "h", WORLD, r, timeout=JOIN_TIMEOUT_S) for r in (2, 3)]
     got = results(procs, killed)
     check_all(tap, "ranks 0 and 1, waiting at the killed leader, get the assignment "
@@ -129,7 +134,7 @@ def random_round(tap, reps, servers, rng, n):
     procs += [spawn_join(servers, group, WORLD, r, timeout=JOIN_TIMEOUT_S)
               for r in range(before, WORLD)]
     when = "after the election" if late_after_election else "at once"
-    tap.diag(f"round {n}: leader killed {pause:.2f} s after {before} of {WORLD} ranks started "
+    tap.note(f"round {n}: leader killed {pause:.2f} s after {before} of {WORLD} ranks started "
              f"(gaps {', '.join('%.2f' % g for g in gaps) or 'none'}); the rest joined {when}")
     check_all(tap, f"round {n}: every rank gets one assignment", results(procs, killed))
     back_as_standby(reps, leader)
@@ -138,10 +143,10 @@ def random_round(tap, reps, servers, rng, n):
 
 def main():
     if skipped():
-        return 0
-    tap = Tap()
+        return rdzvtest.SKIP
+    tap = rdzvtest.Report()
     seed = int(os.environ.get("RDZV_ETCD_SEED", int(time.time())))
-    tap.diag(f"seed {seed} (RDZV_ETCD_SEED={seed} replays it)")
+    tap.note(f"seed {seed} (RDZV_ETCD_SEED={seed} replays it)")
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory(prefix="rdzv-etcd-waiting-") as d, \
             etcd_cluster.EtcdCluster(members=1, workdir=os.path.join(d, "etcd")) as etcd:

@@ -110,13 +110,14 @@ class Report:
         print("1..0 # SKIP %s" % why, flush=True)
         return SKIP
 
-    def done(self, why="not reached"):
+    def done(self, why=""):
         """The exit status: FAIL if any case failed, SKIP if none passed,
-        else PASS."""
+        else PASS. With a plan, each case not reached fails (why says why)."""
         if self.plan is None and self.skipped_all is None:
             print("1..%d" % self.n, flush=True)
         while self.plan is not None and self.n < self.plan:
-            self.ok(False, why)
+            self.ok(False, "not reached", why)
+            why = ""
         return FAIL if self.failed else SKIP if not self.passed else PASS
 
 
