@@ -19,8 +19,11 @@ import time
 
 import zmq
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
-import rdzvtest  # noqa: E402
+try:
+    import rdzvtest
+except ImportError:     # run by hand (docs/reliability.md): tests/lib beside this file
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lib"))
+    import rdzvtest
 
 
 def main():

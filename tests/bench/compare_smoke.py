@@ -2,7 +2,7 @@
 """Smoke test of compare.py (suite 'bench'): one small rotation of librdzv, rdzvd,
 the floor and, where torch with the libuv TCPStore is installed, TCPStore,
 plus one --variant; checks the files it writes and that a missing torch is
-said, not a failure. TAP, no timing.
+said, not a failure. One line per check (rdzvtest), no timing.
 
     compare_smoke.py --bench EXE --rdzvd EXE"""
 import argparse
@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 import tempfile
+
+import rdzvtest
 
 
 def main():
@@ -40,9 +42,8 @@ def main():
             variant = s.get("runs", {}).get("variants", {}).get("one", [])
             checks.append(("%s ranks: the variant ran" % n,
                            len(variant) == 1 and bool(variant[0].get("seconds")), variant))
-        sys.path.insert(0, here)
         sys.dont_write_bytecode = True          # no __pycache__ in the source tree
-        import compare
+        import compare                          # beside this script, so on sys.path
         if compare.tcpstore_missing(sys.executable) is None:
             checks.append(("TCPStore timed", all(s.get("tcpstore_s") for s in sizes.values()),
                            [s.get("tcpstore_s") for s in sizes.values()]))
@@ -52,12 +53,10 @@ def main():
         rows = [l.split() for l in open(dat)] if os.path.exists(dat) else []
         rows = [r for r in rows if r and not r[0].startswith("#")]
         checks.append(("--dat has a row per size", [r[0] for r in rows] == ["64", "128"], rows))
-    print("1..%d" % len(checks))
-    failed = 0
-    for i, (name, ok, got) in enumerate(checks, 1):
-        print("%s %d - %s%s" % ("ok" if ok else "not ok", i, name, "" if ok else ": %s" % (got,)))
-        failed += not ok
-    return 1 if failed else 0
+    report = rdzvtest.Report(len(checks))
+    for name, ok, got in checks:
+        report.ok(ok, name, got)
+    return report.done()
 
 
 if __name__ == "__main__":

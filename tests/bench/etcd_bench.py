@@ -21,8 +21,11 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "etcd"))
-import etcd_cluster  # noqa: E402
+try:
+    import etcd_cluster
+except ImportError:     # run by hand (docs/performance.md): tests/etcd beside this directory
+    sys.path.insert(0, os.path.join(HERE, "..", "etcd"))
+    import etcd_cluster
 
 
 def run(a, extra, rdzvd):
