@@ -13,8 +13,11 @@
 static const char s_usage[] =
     "Usage: rdzv status [--server EP[,EP...]] [--group G] [--timeout SEC] [--json]\n"
     "\n"
-    "Prints a table of the groups: world, ranks joined, the ranks still\n"
-    "missing, epoch, state and age. --json prints {\"groups\":[...]} as one\n"
+    "Prints a table of the groups: world, ranks joined, ranks serving, the\n"
+    "ranks still missing, epoch, state (forming, complete, serving, or\n"
+    "degraded with the ranks that are dead or do not serve) and age; with\n"
+    "--group, then one line per rank: node, API endpoint, alive, serving and\n"
+    "when rdzvd last heard from it. --json prints {\"groups\":[...]} as one\n"
     "JSON line instead: also the members with their port plans.\n"
     "\n"
     "  --server EP[,EP...]\n"
@@ -55,16 +58,29 @@ static void s_missing(const cJSON *g, char *out, size_t len)
     }
 }
 
-static const char *s_state(const cJSON *g)
+/* rdzvd's state of the group ("complete" from one too old to say more),
+ * the ranks a degraded group has lost, and what became of its NCCL root. */
+static void s_state(const cJSON *g, char *out, size_t len)
 {
-    if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(g, "complete")))
-        return "forming";
+    const cJSON *state = cJSON_GetObjectItemCaseSensitive(g, "state");
+    const char *name = cJSON_IsString(state) ? state->valuestring
+                       : cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(g, "complete"))
+                       ? "complete" : "forming";
+    snprintf(out, len, "%s", name);
+    const cJSON *down = cJSON_GetObjectItemCaseSensitive(g, "not_serving");
+    if (strcmp(name, "degraded") == 0 && cJSON_IsArray(down)) {
+        int shown = 0;
+        for (const cJSON *r = down->child; r && shown < 8; r = r->next, shown++) {
+            size_t used = strlen(out);
+            snprintf(out + used, len - used, "%s%d", shown ? "," : ": ", r->valueint);
+        }
+    }
     const cJSON *root = cJSON_GetObjectItemCaseSensitive(g, "nccl_root");
-    if (cJSON_IsString(root) && strcmp(root->valuestring, "retired") == 0)
-        return "complete (nccl root retired)";
-    if (cJSON_IsString(root) && strcmp(root->valuestring, "lost") == 0)
-        return "complete (nccl root lost)";
-    return "complete";
+    if (cJSON_IsString(root) && (strcmp(root->valuestring, "retired") == 0
+                                 || strcmp(root->valuestring, "lost") == 0)) {
+        size_t used = strlen(out);
+        snprintf(out + used, len - used, " (nccl root %s)", root->valuestring);
+    }
 }
 
 static int s_num(const cJSON *g, const char *key)
@@ -73,24 +89,60 @@ static int s_num(const cJSON *g, const char *key)
     return cJSON_IsNumber(v) ? v->valueint : -1;
 }
 
-static void s_table(const char *json)
+static const char *s_flag(const cJSON *m, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, key);
+    return cJSON_IsTrue(v) ? "yes" : cJSON_IsFalse(v) ? "no" : "-";
+}
+
+/* One line per rank of the group: where its engine serves (its host and
+ * the api port of its plan) and what rdzvd last heard of it. */
+static void s_ranks(const cJSON *g)
+{
+    printf("\n%6s %-24s %-28s %-6s %-8s %s\n", "RANK", "NODE", "ENDPOINT", "ALIVE", "SERVING",
+           "LAST SEEN");
+    const cJSON *members = cJSON_GetObjectItemCaseSensitive(g, "members");
+    for (const cJSON *m = cJSON_IsArray(members) ? members->child : NULL; m; m = m->next) {
+        const cJSON *host = cJSON_GetObjectItemCaseSensitive(m, "host");
+        const cJSON *node = cJSON_GetObjectItemCaseSensitive(m, "node");
+        const cJSON *ports = cJSON_GetObjectItemCaseSensitive(m, "ports");
+        char endpoint[96] = "-", seen[24] = "-";
+        if (cJSON_IsString(host) && cJSON_IsArray(ports) && cJSON_IsNumber(ports->child))
+            snprintf(endpoint, sizeof endpoint, strchr(host->valuestring, ':') ? "[%s]:%d"
+                     : "%s:%d", host->valuestring, ports->child->valueint + RDZV_ROLE_API);
+        if (s_num(m, "last_seen_s") >= 0)
+            snprintf(seen, sizeof seen, "%ds ago", s_num(m, "last_seen_s"));
+        printf("%6d %-24s %-28s %-6s %-8s %s\n", s_num(m, "rank"),
+               cJSON_IsString(node) ? node->valuestring : "?", endpoint, s_flag(m, "alive"),
+               s_flag(m, "serving"), seen);
+    }
+}
+
+static void s_table(const char *json, bool per_rank)
 {
     cJSON *groups = cJSON_Parse(json);
-    printf("%-20s %7s %7s %6s %-8s %-30s %s\n", "GROUP", "WORLD", "JOINED", "EPOCH", "AGE",
-           "STATE", "MISSING");
+    printf("%-20s %7s %7s %7s %6s %-8s %-30s %s\n", "GROUP", "WORLD", "JOINED", "SERVING",
+           "EPOCH", "AGE", "STATE", "MISSING");
     for (const cJSON *g = cJSON_IsArray(groups) ? groups->child : NULL; g; g = g->next) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(g, "group");
         const cJSON *joined = cJSON_GetObjectItemCaseSensitive(g, "joined");
-        char age[24] = "-", missing[128];
+        char age[24] = "-", missing[128], state[96], serving[24] = "-";
         int age_s = s_num(g, "age_s");
         if (age_s >= 3600)
             snprintf(age, sizeof age, "%dh%02dm", age_s / 3600, (age_s % 3600) / 60);
         else if (age_s >= 0)
             snprintf(age, sizeof age, "%ds", age_s);
         s_missing(g, missing, sizeof missing);
-        printf("%-20s %7d %7d %6d %-8s %-30s %s\n",
+        s_state(g, state, sizeof state);
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(g, "complete"))
+            && s_num(g, "serving_count") >= 0)
+            snprintf(serving, sizeof serving, "%d/%d", s_num(g, "serving_count"),
+                     s_num(g, "world"));
+        printf("%-20s %7d %7d %7s %6d %-8s %-30s %s\n",
                cJSON_IsString(name) ? name->valuestring : "?", s_num(g, "world"),
-               cJSON_GetArraySize(joined), s_num(g, "epoch"), age, s_state(g), missing);
+               cJSON_GetArraySize(joined), serving, s_num(g, "epoch"), age, state, missing);
+        if (per_rank)
+            s_ranks(g);
     }
     cJSON_Delete(groups);
 }
@@ -106,7 +158,7 @@ static int s_run(const char *server, const char *group, int timeout_ms, bool jso
     if (rc == CLI_EXIT_OK && json_out)
         printf("{\"groups\":%s}\n", json);
     else if (rc == CLI_EXIT_OK)
-        s_table(json);
+        s_table(json, group != NULL);
     free(json);
     rdzv_client_destroy(&client);
     return rc;

@@ -278,6 +278,12 @@ static int s_check_name(rdzv_client_t *self, const char *what, const char *value
 RDZV_EXPORT int rdzv_heartbeat(rdzv_client_t *self, const char *group, int rank,
                                int64_t epoch, int64_t *epoch_out)
 {
+    return rdzv_heartbeat_serving(self, group, rank, epoch, -1, epoch_out);
+}
+
+RDZV_EXPORT int rdzv_heartbeat_serving(rdzv_client_t *self, const char *group, int rank,
+                                       int64_t epoch, int serving, int64_t *epoch_out)
+{
     int rc = s_begin(self);
     if (rc == RDZV_OK)
         rc = s_check_name(self, "group", group);
@@ -287,7 +293,8 @@ RDZV_EXPORT int rdzv_heartbeat(rdzv_client_t *self, const char *group, int rank,
         return s_fail(self, RDZV_ERR_USAGE, "rank must be >= 0 and epoch >= 1");
     cJSON *req = s_scoped(RDZV_OP_HEARTBEAT, group, epoch);
     req = s_built(req, req && cJSON_AddNumberToObject(req, "rank", rank)
-                           && cJSON_AddStringToObject(req, "session", self->session));
+                           && cJSON_AddStringToObject(req, "session", self->session)
+                           && (serving < 0 || cJSON_AddBoolToObject(req, "serving", serving > 0)));
     cJSON *reply;
     rc = s_call_short(self, req, &reply);
     if (rc != RDZV_OK)

@@ -77,6 +77,12 @@ static inline int rdzv_probe_offset(int ports_per_rank)
     return ports_per_rank >= RDZV_PROBE_OFFSET + 2 ? RDZV_PROBE_OFFSET : RDZV_ROLE_API + 1;
 }
 
+/* A rank's engine as its agent's health checks see it (the heartbeat's
+ * "serving"): not said yet, answering 200, or not. */
+#define RDZV_HEALTH_UNKNOWN       0
+#define RDZV_HEALTH_SERVING       1
+#define RDZV_HEALTH_DOWN          2
+
 /* Error codes, as they appear in {"error":{"code":...}}. */
 #define RDZV_E_BAD_JSON        "bad_json"
 #define RDZV_E_BAD_VERSION     "bad_version"

@@ -126,6 +126,12 @@ int rdzv_join(rdzv_client_t *self, const rdzv_join_args_t *args,
  * group has moved past the given epoch. */
 int rdzv_heartbeat(rdzv_client_t *self, const char *group, int rank,
                    int64_t epoch, int64_t *epoch_out);
+/* The same, and what the rank's engine answers its health check: serving
+ * 1 (it answers 200), 0 (it does not), -1 (say nothing, as rdzv_heartbeat).
+ * rdzvd shows the rank serving while it is alive and its last heartbeat
+ * said 1 (docs/protocol.md, "heartbeat"). */
+int rdzv_heartbeat_serving(rdzv_client_t *self, const char *group, int rank,
+                           int64_t epoch, int serving, int64_t *epoch_out);
 
 /* A background heartbeat for the rank of assignment: a thread with its own
  * connection to endpoint (one server or a list, as rdzv_client_new takes

@@ -569,7 +569,8 @@ static int s_by_name(const void *a, const void *b)
 
 /* The first RDZV_METRICS_GROUPS groups by name (a stable set from scrape
  * to scrape), under the lock. */
-static void s_group_stats(zhashx_t *groups, rdzv_core_stats_t *out)
+static void s_group_stats(const rdzv_state_t *st, zhashx_t *groups, int64_t now_ms,
+                          rdzv_core_stats_t *out)
 {
     size_t n = zhashx_size(groups), i = 0;
     out->ngroup = 0;
@@ -589,6 +590,9 @@ static void s_group_stats(zhashx_t *groups, rdzv_core_stats_t *out)
         s->joined = v[k]->joined;
         s->epoch = v[k]->epoch;
         s->complete = v[k]->complete;
+        rdzv_serving_t serving = rdzv_group_serving(st, v[k], now_ms);
+        s->live = serving.live;
+        s->serving = serving.serving;
     }
     out->groups_omitted = i - out->ngroup;
     free(v);
@@ -607,7 +611,7 @@ void rdzv_core_stats(rdzv_core_t *self, int64_t now_ms, rdzv_core_stats_t *out)
             out->ranks_joined += m->epoch == g->epoch;
             out->ranks_live += now_ms - rdzv_member_seen(&self->state, m) < self->cfg.dead_after_ms;
         }
-    s_group_stats(groups, out);
+    s_group_stats(&self->state, groups, now_ms, out);
     rdzv_journal_stats(self->journal, &out->journal);
     pthread_mutex_unlock(&self->lock);
     for (int i = 0; i < RDZV_DROP_REASONS; i++)

@@ -129,6 +129,7 @@ typedef struct {
     int world, joined;
     int64_t epoch;
     bool complete;
+    int live, serving;           /* ranks alive, and alive with their engine serving */
 } rdzv_group_stat_t;
 
 /* What /metrics shows. Takes the lock. */

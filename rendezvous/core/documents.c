@@ -1,6 +1,8 @@
 /* The assignment and status documents, built from a group's state. */
 #include "documents.h"
 
+#include "rdzv_proto.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,8 +41,13 @@ static cJSON *s_members(const rdzv_state_t *st, const rdzv_group_t *g, bool with
             } else
                 cJSON_AddNullToObject(item, "ports");
             cJSON_AddNumberToObject(item, "epoch", (double) m->epoch);
-            cJSON_AddBoolToObject(item, "alive",
-                                  now_ms - rdzv_member_seen(st, m) < st->cfg->dead_after_ms);
+            cJSON_AddBoolToObject(item, "alive", rdzv_member_alive(st, m, now_ms));
+            cJSON_AddNumberToObject(item, "last_seen_s",
+                                    (double) ((now_ms - rdzv_member_seen(st, m)) / 1000));
+            if (m->health == RDZV_HEALTH_UNKNOWN)
+                cJSON_AddNullToObject(item, "serving");
+            else
+                cJSON_AddBoolToObject(item, "serving", m->health == RDZV_HEALTH_SERVING);
         }
         cJSON_AddItemToArray(members, item);
     }
@@ -212,6 +219,29 @@ static const char *s_root_state(const rdzv_group_t *g)
     return g->root_retired && g->root_done_epoch == g->epoch ? "retired" : "done";
 }
 
+/* The group's serving state (docs/protocol.md, "status"): forming until
+ * its epoch is complete; then serving when every rank is alive and its
+ * engine answers, degraded when a rank is dead or its engine stopped
+ * answering after it had served, complete (assigned, engines starting)
+ * otherwise; and the ranks that do not serve, at most
+ * RDZV_STATUS_MISSING_MAX of them. */
+static void s_add_serving(const rdzv_state_t *st, const rdzv_group_t *g, cJSON *item,
+                          int64_t now_ms)
+{
+    rdzv_serving_t s = rdzv_group_serving(st, g, now_ms);
+    cJSON *down = cJSON_CreateArray();
+    const rdzv_member_t *m;
+    for (int r = 0; (m = rdzv_group_next(g, &r)) && g->complete; r++)
+        if ((!rdzv_member_alive(st, m, now_ms) || m->health != RDZV_HEALTH_SERVING)
+            && cJSON_GetArraySize(down) < RDZV_STATUS_MISSING_MAX)
+            cJSON_AddItemToArray(down, cJSON_CreateNumber(r));
+    static const char *const names[] = { "forming", "complete", "serving", "degraded" };
+    cJSON_AddStringToObject(item, "state", names[s.state]);
+    cJSON_AddNumberToObject(item, "live_count", s.live);
+    cJSON_AddNumberToObject(item, "serving_count", s.serving);
+    cJSON_AddItemToObject(item, "not_serving", down);
+}
+
 static cJSON *s_status(const rdzv_state_t *st, rdzv_group_t *g, int64_t now_ms)
 {
     cJSON *item = cJSON_CreateObject();
@@ -230,6 +260,7 @@ static cJSON *s_status(const rdzv_state_t *st, rdzv_group_t *g, int64_t now_ms)
         }
     cJSON_AddNumberToObject(item, "missing_count", g->world - g->joined);
     cJSON_AddItemToObject(item, "missing", rdzv_group_missing(g, RDZV_STATUS_MISSING_MAX));
+    s_add_serving(st, g, item, now_ms);
     /* Since this epoch's first join, as this rdzvd saw it (none after a
      * restart until a rank joins again). */
     if (first_join)

@@ -13,6 +13,7 @@
 #include "nccl_mode.h"
 #include "ncclroot.h"
 #include "plan.h"
+#include "rdzv_proto.h"
 #include "reply.h"
 
 #define RDZV_MEMBER_CHUNK 64
@@ -22,6 +23,12 @@ typedef struct {
     rdzv_plan_node_t *plan_node; /* node's entry in the plans */
     int64_t epoch;               /* last epoch this rank joined; 0: none */
     int64_t last_seen_ms;
+    /* The engine's health as the rank's heartbeats last said it
+     * (RDZV_HEALTH_*), and whether it served in this epoch: soft state,
+     * never journaled, reset by a join and rebuilt from heartbeats after a
+     * restart or a takeover. */
+    uint8_t health;
+    bool served;
     int64_t joined_at_ms;        /* when this rank joined the forming epoch */
     bool waiting;                /* a join of this rank awaits the epoch */
     bool want_members;

@@ -310,6 +310,11 @@ static void s_wait_in_epoch(rdzv_batch_t *self, const rdzv_peer_t *peer, rdzv_gr
     rdzv_member_t *m = rdzv_group_at(g, req->rank);
     if (!m->waiting && !g->complete)
         m->joined_at_ms = self->now_ms;
+    /* What its heartbeats said was of an engine of another epoch. */
+    if (!g->complete) {
+        m->health = RDZV_HEALTH_UNKNOWN;
+        m->served = false;
+    }
     m->last_seen_ms = g->heard_ms = self->now_ms;
     s_set_waiter(self, g, m, peer, req);
     if (g->joined == g->world && !g->complete)
@@ -416,6 +421,11 @@ static void s_handle_heartbeat(rdzv_batch_t *self, const rdzv_peer_t *peer,
     m->last_seen_ms = g->heard_ms = self->now_ms;
     if (!s_epoch_ok(self, peer, g, req->epoch))
         return;
+    /* Only the engine of the group's epoch counts (s_epoch_ok said so). */
+    if (req->serving != RDZV_HEALTH_UNKNOWN) {
+        m->health = (uint8_t) req->serving;
+        m->served = m->served || req->serving == RDZV_HEALTH_SERVING;
+    }
     rdzv_batch_reply(self, peer, rdzv_reply_epoch(req->id, g->epoch));
 }
 

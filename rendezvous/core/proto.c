@@ -166,6 +166,11 @@ static int s_parse_fields(s_ctx_t *c, int max_world, rdzv_request_t *r)
             || s_int(c, "epoch", true, 1, 9e15, RDZV_E_BAD_REQUEST, &r->epoch) < 0)
             return -1;
         r->rank = (int) rank;
+        const cJSON *serving = cJSON_GetObjectItemCaseSensitive(c->root, "serving");
+        if (serving && !cJSON_IsBool(serving))
+            return s_fail(c, RDZV_E_BAD_REQUEST, "field \"%s\" must be a boolean", "serving");
+        r->serving = !serving ? RDZV_HEALTH_UNKNOWN
+                     : cJSON_IsTrue(serving) ? RDZV_HEALTH_SERVING : RDZV_HEALTH_DOWN;
         return 0;
     }
     case RDZV_OP_STATUS:

@@ -22,6 +22,9 @@ typedef struct {
     int64_t timeout_ms;
     bool members;              /* join: include the members list */
     bool replace;              /* join: take the rank from a live session */
+    /* heartbeat: what the rank's agent last saw of its engine's health
+     * (RDZV_HEALTH_*): RDZV_HEALTH_UNKNOWN when the heartbeat says nothing. */
+    int serving;
     cJSON *root;               /* owns the strings above */
 } rdzv_request_t;
 

@@ -106,3 +106,23 @@ uint64_t rdzv_member_text_bytes(const char *host, const char *node, const char *
 {
     return s_text_bytes(host) + s_text_bytes(node) + s_text_bytes(session);
 }
+
+rdzv_serving_t rdzv_group_serving(const rdzv_state_t *st, const rdzv_group_t *g, int64_t now_ms)
+{
+    rdzv_serving_t s = { .state = g->complete ? RDZV_GROUP_COMPLETE : RDZV_GROUP_FORMING };
+    if (!g->complete)
+        return s;
+    bool lost = false;
+    const rdzv_member_t *m;
+    for (int r = 0; (m = rdzv_group_next(g, &r)); r++) {
+        bool alive = rdzv_member_alive(st, m, now_ms);
+        s.live += alive;
+        s.serving += alive && m->health == RDZV_HEALTH_SERVING;
+        /* A dead rank, or an engine that stopped answering after it had
+         * served; one that has not answered yet is still starting. */
+        lost = lost || !alive || (m->served && m->health != RDZV_HEALTH_SERVING);
+    }
+    s.state = lost ? RDZV_GROUP_DEGRADED
+              : s.serving == g->world ? RDZV_GROUP_SERVING : RDZV_GROUP_COMPLETE;
+    return s;
+}

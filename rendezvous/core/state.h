@@ -55,10 +55,27 @@ rdzv_group_t *rdzv_state_add_group(rdzv_state_t *self, const char *name, int wor
 /* Forgets the group and its port blocks. */
 void rdzv_state_remove_group(rdzv_state_t *self, const char *name);
 
+/* A group's ranks as their heartbeats show them (documents.c, /metrics). */
+typedef enum {
+    RDZV_GROUP_FORMING, RDZV_GROUP_COMPLETE, RDZV_GROUP_SERVING, RDZV_GROUP_DEGRADED,
+} rdzv_group_state_t;
+typedef struct {
+    rdzv_group_state_t state;
+    int live, serving;           /* ranks of the epoch alive, and alive and serving */
+} rdzv_serving_t;
+rdzv_serving_t rdzv_group_serving(const rdzv_state_t *st, const rdzv_group_t *g, int64_t now_ms);
+
 /* When m was last heard from, as far as this rdzvd knows (loaded_ms). */
 static inline int64_t rdzv_member_seen(const rdzv_state_t *st, const rdzv_member_t *m)
 {
     return m->last_seen_ms > st->loaded_ms ? m->last_seen_ms : st->loaded_ms;
+}
+
+/* Heard from within --dead-after. */
+static inline bool rdzv_member_alive(const rdzv_state_t *st, const rdzv_member_t *m,
+                                     int64_t now_ms)
+{
+    return now_ms - rdzv_member_seen(st, m) < st->cfg->dead_after_ms;
 }
 
 #endif

@@ -185,17 +185,20 @@ static void s_group_metrics(const rdzv_core_stats_t *st, FILE *f)
         { "rdzv_group_world", "The group's world." },
         { "rdzv_group_epoch", "The group's current epoch." },
         { "rdzv_group_complete", "Whether every rank joined the current epoch (1)." },
+        { "rdzv_group_ranks_live", "Ranks of the group's complete epoch heard from within "
+          "--dead-after." },
+        { "rdzv_group_ranks_serving", "Ranks of the group's complete epoch alive whose engine "
+          "answers its health check." },
     };
     for (size_t k = 0; k < sizeof families / sizeof families[0]; k++) {
         fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", families[k].name, families[k].help,
                 families[k].name);
         for (size_t i = 0; i < st->ngroup; i++) {
             const rdzv_group_stat_t *g = &st->group[i];
-            long long v = k == 0 ? g->joined : k == 1 ? g->world : k == 2 ? g->epoch
-                                                                          : g->complete;
+            long long v[] = { g->joined, g->world, g->epoch, g->complete, g->live, g->serving };
             fprintf(f, "%s{group=\"", families[k].name);
             s_label(f, g->name);
-            fprintf(f, "\"} %lld\n", v);
+            fprintf(f, "\"} %lld\n", v[k]);
         }
     }
     s_metric(f, "rdzv_group_metrics_omitted", "gauge",

@@ -50,17 +50,22 @@ def state_of(opts, endpoint):
     status derives from that state and the older rdzvd did not make
     (plan_overlaps: the fixture's ranks share 127.0.0.1 under several node
     names; fuzz_core checks that replay derives the same notes; missing,
-    which must agree with joined, and age_s, a clock)."""
+    which must agree with joined, and age_s, a clock; and the serving
+    state, counts and per-rank fields, soft state rebuilt from heartbeats
+    that a restart starts without)."""
     st = rdzv(opts, "status", "--json", "--server", endpoint)
     assert st.returncode == 0, st.stderr
     groups = json.loads(st.stdout)["groups"]
     for g in groups:
         g.pop("plan_overlaps", None)
         g.pop("age_s", None)
+        for soft in ("state", "live_count", "serving_count", "not_serving"):
+            g.pop(soft, None)
         left = [r for r in range(g["world"]) if r not in g["joined"]]
         assert g.pop("missing") == left[:64] and g.pop("missing_count") == len(left), g
         for m in g.get("members", []):
-            m.pop("alive", None)
+            for soft in ("alive", "serving", "last_seen_s"):
+                m.pop(soft, None)
     kv = {}
     for group, (epoch, keys) in KEYS.items():
         for k in keys:

@@ -77,8 +77,10 @@ check "world mismatch exits 4 naming the code" "[ $? = 4 ] && grep -q world_mism
 check "a group that never completes exits 3 with rdzvd's own timeout reply" \
     "[ $? = 3 ] && grep -q '1 of 2 ranks joined epoch 1, waiting for rank 1; timeout 1 s' $dir/e3"
 "$RDZV" status --group lonely >"$dir/table"
-check "status prints a table: the forming group, 1 of 2 joined, rank 1 missing" \
-    "grep -Eq '^lonely +2 +1 +1 +[0-9]+s +forming +1\$' $dir/table"
+check "status prints a table: the forming group, 1 of 2 joined, none serving, rank 1 missing" \
+    "grep -Eq '^lonely +2 +1 +- +1 +[0-9]+s +forming +1\$' $dir/table"
+check "status --group adds a line per rank: no endpoint before its plan, alive, serving unknown" \
+    "grep -Eq '^ +0 +[^ ]+ +- +yes +- +[0-9]+s ago\$' $dir/table"
 
 # A join that waits says so every 5 s, and why: the group's missing ranks,
 # or that rdzvd does not answer (a port nobody serves). Both run at once.
@@ -142,6 +144,11 @@ kill $old; wait $old 2>/dev/null
 "$RDZV" status --json --group demo >"$dir/status.json"
 check "status lists the members with ports" \
     "grep -q '\"joined\":\[0,1,2,3\]' $dir/status.json && grep -q '\"ports\":\[19500,19531\]' $dir/status.json"
+"$RDZV" status --group demo >"$dir/demo.table"
+check "status: the complete group, none of its 4 engines reported serving yet" \
+    "grep -Eq '^demo +4 +4 +0/4 +1 +[^ ]+ +complete +-\$' $dir/demo.table"
+check "status --group: rank 0 serves its API on its host and its plan's third port" \
+    "grep -Eq '^ +0 +pod-0 +127.0.0.1:19502 +yes +- +[0-9]+s ago\$' $dir/demo.table"
 "$RDZV" kv put --group demo --epoch 1 answer 42
 check "kv put exits 0" "[ $? = 0 ]"
 check "kv get prints the value" "[ \"\$($RDZV kv get --group demo --epoch 1 answer)\" = 42 ]"
