@@ -24,6 +24,8 @@ struct rdzv_agent_control {
     bool stop;
     bool rejoin;
     bool busy;                 /* the thread is inside a request */
+    int serving;               /* what the next heartbeat says of the engine: -1 nothing */
+    bool poke;                 /* serving changed: heartbeat now */
     rdzv_assignment_t *fresh;  /* not yet taken by the main thread */
     int exit_code;             /* != 0: the first join failed */
     char error[256];
@@ -63,14 +65,34 @@ static bool s_wait(rdzv_agent_control_t *self, int ms)
     rdzv_timespec_after(CLOCK_MONOTONIC, ms, &until);
     pthread_mutex_lock(&self->lock);
     self->busy = false;
-    while (!self->stop && !self->rejoin) {
+    while (!self->stop && !self->rejoin && !self->poke) {
         if (pthread_cond_timedwait(&self->wake, &self->lock, &until) == ETIMEDOUT)
             break;
     }
     bool go_on = !self->stop;
     self->busy = go_on;
+    self->poke = false;
     pthread_mutex_unlock(&self->lock);
     return go_on;
+}
+
+static int s_serving(rdzv_agent_control_t *self)
+{
+    pthread_mutex_lock(&self->lock);
+    int serving = self->serving;
+    pthread_mutex_unlock(&self->lock);
+    return serving;
+}
+
+void rdzv_agent_control_set_serving(rdzv_agent_control_t *self, int serving)
+{
+    pthread_mutex_lock(&self->lock);
+    if (serving != self->serving) {
+        self->serving = serving;
+        self->poke = true;
+        pthread_cond_signal(&self->wake);
+    }
+    pthread_mutex_unlock(&self->lock);
 }
 
 static bool s_take_rejoin(rdzv_agent_control_t *self)
@@ -176,8 +198,8 @@ static void *s_run(void *arg)
             continue;
         }
         int64_t now = epoch;
-        int rc = rdzv_heartbeat(client, self->args.join.group, self->args.join.rank,
-                                epoch, &now);
+        int rc = rdzv_heartbeat_serving(client, self->args.join.group, self->args.join.rank,
+                                        epoch, s_serving(self), &now);
         const char *code = rc == RDZV_ERR_REFUSED ? rdzv_client_error_code(client) : "";
         if (strcmp(code, "stale_epoch") == 0) {
             fprintf(stderr, "rdzv agent: the group left epoch %lld; joining again\n",
@@ -207,6 +229,7 @@ rdzv_agent_control_t *rdzv_agent_control_new(const rdzv_agent_control_args_t *ar
     if (args->first_session)
         snprintf(self->first_session, sizeof self->first_session, "%s", args->first_session);
     self->busy = true;
+    self->serving = -1;
     self->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);

@@ -41,5 +41,9 @@ rdzv_assignment_t *rdzv_agent_control_take(rdzv_agent_control_t *self,
                                            int *exit_code, char *err, size_t errlen);
 /* The engine was replaced: join again with a new session id. */
 void rdzv_agent_control_rejoin(rdzv_agent_control_t *self);
+/* What the heartbeats say of CMD's engine from now on: 1 serving, 0 not,
+ * -1 nothing; a change is sent at once rather than at the next beat. Any
+ * thread. */
+void rdzv_agent_control_set_serving(rdzv_agent_control_t *self, int serving);
 
 #endif

@@ -2,6 +2,7 @@
 #include "agent_child.h"
 #include "agent_cli.h"
 #include "agent_control.h"
+#include "agent_health.h"
 #include "agent_lease.h"
 #include "agent_opts.h"
 #include "agent_portstate.h"
@@ -32,6 +33,7 @@ typedef struct {
     int sig_fd;
     rdzv_agent_control_t *control;
     rdzv_agent_serve_t *serve;
+    rdzv_agent_health_t *health;  /* CMD's engine's health checks, once it runs */
     int *reservations;         /* one per plan port */
     int *locks;                /* the network namespace's lock on each (agent_reserve.h) */
     int *plan;
@@ -289,6 +291,26 @@ static void s_start_child(s_agent_t *self, const rdzv_assignment_t *a)
         s_fatal(self, 1, "cannot fork");
 }
 
+static void s_on_health(void *arg, int serving)
+{
+    rdzv_agent_control_set_serving(arg, serving);
+}
+
+/* CMD's engine serves its API on the plan's api port: its answers ride on
+ * the heartbeats. Without an api port (an older rdzvd) nothing is said. */
+static void s_start_health(s_agent_t *self, const rdzv_assignment_t *a)
+{
+    int port = rdzv_assignment_api_port(a);
+    if (!self->opts.cmd || self->opts.health_interval_s <= 0 || port <= 0)
+        return;
+    char err[256];
+    self->health = rdzv_agent_health_start(port, self->opts.health_path,
+                                           self->opts.health_interval_s * 1000, s_on_health,
+                                           self->control, err, sizeof err);
+    if (!self->health)
+        fprintf(stderr, "rdzv agent: no health checks of CMD's engine: %s\n", err);
+}
+
 /* The first assignment: reserve, write PATH.env, open the socket, start CMD. */
 static void s_start(s_agent_t *self, const rdzv_assignment_t *a)
 {
@@ -321,6 +343,7 @@ static void s_start(s_agent_t *self, const rdzv_assignment_t *a)
     unlink(self->session_path);
     if (self->opts.cmd)
         s_start_child(self, a);
+    s_start_health(self, a);
 }
 
 /* A later assignment must keep the plan: a new one means rdzvd laid the
@@ -474,6 +497,7 @@ static void s_loop(s_agent_t *self)
 static void s_cleanup(s_agent_t *self)
 {
     rdzv_agent_cli_progress_stop(&self->progress);
+    rdzv_agent_health_stop(&self->health);
     rdzv_agent_serve_destroy(&self->serve);
     if (self->env_path)
         unlink(self->env_path);

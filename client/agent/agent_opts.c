@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { OPT_SHIM = 256, OPT_PORT_RANGE, OPT_ALLOW_UID, OPT_HEARTBEAT, OPT_RESERVE_WAIT };
+enum { OPT_SHIM = 256, OPT_PORT_RANGE, OPT_ALLOW_UID, OPT_HEARTBEAT, OPT_RESERVE_WAIT,
+       OPT_HEALTH_PATH, OPT_HEALTH_INTERVAL };
 
 static const struct option s_options[] = {
     { "server", required_argument, NULL, 's' },
@@ -26,6 +27,8 @@ static const struct option s_options[] = {
     { "allow-uid", required_argument, NULL, OPT_ALLOW_UID },
     { "heartbeat", required_argument, NULL, OPT_HEARTBEAT },
     { "reserve-wait", required_argument, NULL, OPT_RESERVE_WAIT },
+    { "health-path", required_argument, NULL, OPT_HEALTH_PATH },
+    { "health-interval", required_argument, NULL, OPT_HEALTH_INTERVAL },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
 };
@@ -35,7 +38,8 @@ void rdzv_agent_opts_usage(void)
     printf("usage: rdzv agent --server EP[,EP...] --group G --world N --rank R\n"
            "                  [--host ADDR] [--node NAME] --socket PATH [--timeout SEC]\n"
            "                  [--heartbeat SEC] [--reserve-wait SEC] [--port-range BASE-LIMIT]\n"
-           "                  [--shim PATH] [--allow-uid UID]... [-- CMD ARGS...]\n"
+           "                  [--shim PATH] [--allow-uid UID]... [--health-path PATH]\n"
+           "                  [--health-interval SEC] [-- CMD ARGS...]\n"
            "Joins the group, keeps this rank's ports reserved and serves them to the\n"
            "LD_PRELOAD shim over the unix socket PATH (PATH.env holds the assignment).\n"
            "A plan port left in TIME_WAIT by an earlier socket is waited for, up to\n"
@@ -43,15 +47,20 @@ void rdzv_agent_opts_usage(void)
            "--server may list the replicas of an active/standby rdzvd; the agent's\n"
            "joins and heartbeats go to the one that leads, and CMD's RDZV_SERVER\n"
            "holds the whole list.\n"
+           "Once CMD runs, its engine's health is checked every --health-interval SEC\n"
+           "(default %d; 0: never) with a GET of http://127.0.0.1:API/--health-path\n"
+           "(default %s, vLLM's), API the assignment's api port; 200 is serving,\n"
+           "anything else (or no answer within 2 s) is not, and the heartbeats say so.\n"
            "Environment: RDZV_SERVER RDZV_GROUP RDZV_WORLD RDZV_RANK RDZV_HOST RDZV_NODE\n"
            "RDZV_AGENT_SOCKET RDZV_PORT_RANGE (default %d-%d) RDZV_SHIM RDZV_HEARTBEAT\n"
-           "RDZV_RESERVE_WAIT.\n"
+           "RDZV_RESERVE_WAIT RDZV_HEALTH_PATH RDZV_HEALTH_INTERVAL.\n"
            "SIGTERM, SIGINT, SIGHUP and SIGQUIT go to CMD; without CMD they stop the agent.\n"
            "Exit: CMD's status (128+N for signal N), or 0 without CMD; 2 usage;\n"
            "3 first join timed out; 4 refused, or the group was deleted (heartbeat\n"
            "not_found, or a rejoin with another port plan: CMD stopped, ports released);\n"
            "1 other errors.\n",
-           RDZV_AGENT_DEFAULT_RESERVE_WAIT_S, RDZV_DEFAULT_PORT_BASE, RDZV_DEFAULT_PORT_LIMIT);
+           RDZV_AGENT_DEFAULT_RESERVE_WAIT_S, RDZV_AGENT_DEFAULT_HEALTH_INTERVAL_S,
+           RDZV_AGENT_DEFAULT_HEALTH_PATH, RDZV_DEFAULT_PORT_BASE, RDZV_DEFAULT_PORT_LIMIT);
 }
 
 static int s_parse_int(const char *text, long lo, long hi, int *out)
@@ -93,6 +102,10 @@ static void s_defaults(rdzv_agent_opts_t *o)
     o->world = -1;
     o->rank = -1;
     o->heartbeat_s = RDZV_AGENT_DEFAULT_HEARTBEAT_S;
+    o->health_path = getenv("RDZV_HEALTH_PATH");
+    if (!o->health_path || !*o->health_path)
+        o->health_path = RDZV_AGENT_DEFAULT_HEALTH_PATH;
+    o->health_interval_s = RDZV_AGENT_DEFAULT_HEALTH_INTERVAL_S;
     o->reserve_wait_s = RDZV_AGENT_DEFAULT_RESERVE_WAIT_S;
     o->range_base = RDZV_DEFAULT_PORT_BASE;
     o->range_limit = RDZV_DEFAULT_PORT_LIMIT;
@@ -116,6 +129,8 @@ static const s_int_opt_t s_int_opts[] = {
       offsetof(rdzv_agent_opts_t, heartbeat_s) },
     { OPT_RESERVE_WAIT, "--reserve-wait", "RDZV_RESERVE_WAIT", 0, 3600,
       offsetof(rdzv_agent_opts_t, reserve_wait_s) },
+    { OPT_HEALTH_INTERVAL, "--health-interval", "RDZV_HEALTH_INTERVAL", 0, 3600,
+      offsetof(rdzv_agent_opts_t, health_interval_s) },
 };
 
 static int s_set_int(rdzv_agent_opts_t *o, const s_int_opt_t *spec, const char *text,
@@ -158,6 +173,7 @@ static int s_option(rdzv_agent_opts_t *o, int c, const char *arg, char *err, siz
     case 'n': o->node = arg; return 0;
     case 'S': o->socket_path = arg; return 0;
     case OPT_SHIM: o->shim_path = arg; return 0;
+    case OPT_HEALTH_PATH: o->health_path = arg; return 0;
     case 'h': o->help = true; return 0;
     case OPT_PORT_RANGE:
         if (rdzv_agent_parse_range(arg, &o->range_base, &o->range_limit) == 0)
@@ -188,6 +204,11 @@ static int s_check(const rdzv_agent_opts_t *o, char *err, size_t errlen)
         return snprintf(err, errlen, "rank %d is outside world %d", o->rank, o->world), -1;
     if (!*o->socket_path)
         return snprintf(err, errlen, "--socket is empty"), -1;
+    /* The path goes into a URL as it is: no scheme, host or space in it. */
+    if (o->health_path[0] != '/' || strlen(o->health_path) > 256
+        || strpbrk(o->health_path, " \t\r\n#"))
+        return snprintf(err, errlen, "--health-path (or RDZV_HEALTH_PATH) must be a URL path "
+                        "starting with '/', without spaces or '#', not '%s'", o->health_path), -1;
     return 0;
 }
 

@@ -8,6 +8,8 @@
 
 #define RDZV_AGENT_MAX_ALLOW_UIDS 16
 #define RDZV_AGENT_DEFAULT_HEARTBEAT_S 5
+#define RDZV_AGENT_DEFAULT_HEALTH_INTERVAL_S 2
+#define RDZV_AGENT_DEFAULT_HEALTH_PATH "/health"
 #define RDZV_AGENT_DEFAULT_RESERVE_WAIT_S 90
 
 typedef struct {
@@ -21,6 +23,8 @@ typedef struct {
     const char *shim_path;     /* NULL: the built or installed librdzv_shim.so */
     int timeout_s;             /* first join; 0: librdzv's default */
     int heartbeat_s;
+    const char *health_path;   /* GET 127.0.0.1:API + this: CMD's engine serves (200) */
+    int health_interval_s;     /* 0: no health checks */
     int reserve_wait_s;        /* how long a plan port may stay in TIME_WAIT */
     int range_base;
     int range_limit;

@@ -90,7 +90,7 @@ ep=$(cat "$tmp/ep" 2>/dev/null)
 check "a one-rank rdzv join against the installed rdzvd" sh -c \
     "env -i '$root/bin/rdzv' join --server '$ep' --group install --world 1 --rank 0 --format env >'$tmp/join' &&
      grep -qx 'RDZV_WORLD=1' '$tmp/join' && grep -q '^VLLM_PORT=$((base + 10))\$' '$tmp/join' &&
-     grep -qx \"RDZV_VLLM_ARGS='--data-parallel-size 1 --data-parallel-rank 0 --data-parallel-address [^ ]* --data-parallel-rpc-port $((base + 1))'\" '$tmp/join'"
+     grep -qx \"RDZV_VLLM_ARGS='--data-parallel-size 1 --data-parallel-rank 0 --data-parallel-address [^ ]* --data-parallel-rpc-port $((base + 1)) --port $((base + 2))'\" '$tmp/join'"
 
 # Under the installed agent, with the installed shim it finds by itself: a
 # probe of VLLM_PORT is leased, the same probe without the shim is refused

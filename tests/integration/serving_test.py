@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""From "assigned" to "serving": two ranks under `rdzv agent` on one node
+(so that their plans, and their api ports, differ), each running
+a small HTTP engine under the shim on its plan's api port, whose /health
+answers what a file says (200, 500, or a hang). rdzvd's status follows
+what the agents' health checks see: serving once both answer, degraded
+naming the rank whose engine stops answering (500, or a hang: never a
+stuck agent, whose heartbeats go on), serving again, and degraded with the
+rank dead once its engine exits; `rdzv status --group` and /metrics say
+the same. One line per check (rdzvtest). Needs RDZVD, RDZV and RDZV_SHIM."""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import rdzvtest
+
+# The engine: an HTTP server on RDZV_PORT_API (bound under the shim, which
+# takes the port from the agent); /health answers what HEALTH_FILE says.
+ENGINE = r"""
+import http.server, os, time
+path = os.environ["HEALTH_FILE"] + os.environ["RDZV_RANK"]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        try:
+            what = open(path).read().strip()
+        except OSError:
+            what = "200"
+        if what == "hang":
+            time.sleep(30)
+            return
+        self.send_response(int(what))
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+s = http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["RDZV_PORT_API"])), H)
+s.daemon_threads = True
+s.serve_forever()
+"""
+
+INTERVAL = 1
+DEAD_AFTER = 3
+
+
+def main():
+    rdzvd, rdzv, shim = os.environ["RDZVD"], os.environ["RDZV"], os.environ["RDZV_SHIM"]
+    tmp = tempfile.TemporaryDirectory()
+    base = 26000 + os.getpid() % 40 * 64
+    http_port = rdzvtest.free_port()
+    d = rdzvtest.Rdzvd(rdzvd, tmp.name, "--no-nccl", "--port-base", str(base),
+                       "--ports-per-rank", "16", "--port-limit", str(base + 512),
+                       "--dead-after", str(DEAD_AFTER), "--http", str(http_port))
+    health = os.path.join(tmp.name, "health-")
+    report = rdzvtest.Report()
+    agents = []
+
+    def status():
+        out = subprocess.run([rdzv, "status", "--json", "--server", d.endpoint, "--group", "g"],
+                             capture_output=True, text=True, timeout=20).stdout
+        return json.loads(out)["groups"][0]
+
+    def until(pred, what, timeout=30):
+        t0 = time.monotonic()
+        g = rdzvtest.wait_for(lambda: (lambda s: s if pred(s) else None)(status()), what,
+                              timeout=timeout, step=0.2)
+        return g, time.monotonic() - t0
+
+    def say(rank, what):
+        with open(health + str(rank), "w") as f:
+            f.write(what)
+
+    try:
+        env = dict(os.environ, HEALTH_FILE=health)
+        for r in range(2):
+            agents.append(subprocess.Popen(
+                [rdzv, "agent", "--server", d.endpoint, "--group", "g", "--world", "2",
+                 "--rank", str(r), "--host", "127.0.0.1", "--node", "host-a",
+                 "--socket", os.path.join(tmp.name, "a%d.sock" % r), "--shim", shim,
+                 "--port-range", "%d-%d" % (base, base + 512), "--heartbeat", "1",
+                 "--health-interval", str(INTERVAL), "--", sys.executable, "-c", ENGINE],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        g, took = until(lambda s: s.get("state") == "serving", "the group serving")
+        report.ok(g["serving_count"] == 2 and g["live_count"] == 2 and g["not_serving"] == []
+                  and all(m["serving"] is True for m in g["members"]),
+                  "both engines answer: state serving, 2 of 2 serving (%.1f s)" % took, g)
+        table = subprocess.run([rdzv, "status", "--server", d.endpoint, "--group", "g"],
+                               capture_output=True, text=True).stdout
+        api1 = g["members"][1]["ports"][0] + 2
+        report.ok(re.search(r"^g +2 +2 +2/2 +1 +\S+ +serving +-$", table, re.M)
+                  and re.search(r"^ +1 +host-a +127\.0\.0\.1:%d +yes +yes +\d+s ago$" % api1,
+                                table, re.M),
+                  "rdzv status --group: 2/2 serving, and rank 1 on its api port %d" % api1, table)
+
+        say(1, "500")
+        g, took = until(lambda s: s.get("state") == "degraded", "rank 1 not serving")
+        report.ok(g["not_serving"] == [1] and g["serving_count"] == 1 and g["live_count"] == 2
+                  and g["members"][1]["serving"] is False,
+                  "rank 1's engine answers 500: degraded, rank 1 named, still alive "
+                  "(%.1f s, health checks every %d s)" % (took, INTERVAL), g)
+
+        say(1, "hang")
+        time.sleep(3 * INTERVAL + 2)
+        g = status()
+        report.ok(g["state"] == "degraded" and g["live_count"] == 2
+                  and g["members"][1]["alive"] is True and g["members"][1]["last_seen_s"] <= 2,
+                  "rank 1's engine hangs: not serving, and its agent's heartbeats go on", g)
+
+        say(1, "200")
+        g, took = until(lambda s: s.get("state") == "serving", "rank 1 serving again")
+        report.ok(g["serving_count"] == 2, "rank 1 answers again: serving (%.1f s)" % took, g)
+
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http_port, timeout=10) as r:
+            metrics = r.read().decode()
+        report.ok('rdzv_group_ranks_live{group="g"} 2' in metrics
+                  and 'rdzv_group_ranks_serving{group="g"} 2' in metrics,
+                  "/metrics: rdzv_group_ranks_live and rdzv_group_ranks_serving are 2",
+                  "\n".join(l for l in metrics.splitlines() if "ranks_" in l))
+
+        # The engine goes: the agent ends with it, the heartbeats stop.
+        engine = subprocess.run(["pgrep", "-P", str(agents[1].pid)], capture_output=True,
+                                text=True).stdout.split()
+        rdzvtest.check(engine, "rank 1's engine process")
+        os.kill(int(engine[0]), 9)
+        agents[1].wait(timeout=20)
+        g, took = until(lambda s: s.get("live_count") == 1, "rank 1 dead", timeout=DEAD_AFTER + 20)
+        report.ok(g["state"] == "degraded" and g["not_serving"] == [1]
+                  and g["members"][1]["alive"] is False and g["serving_count"] == 1,
+                  "rank 1's engine killed: its agent exits, and %.1f s later (--dead-after %d) "
+                  "the group is degraded with rank 1 dead" % (took, DEAD_AFTER), g)
+    except rdzvtest.Fail as e:
+        report.ok(False, str(e))
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                a.terminate()
+                try:
+                    a.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    a.kill()
+        d.stop()
+    return report.done()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
