@@ -281,7 +281,7 @@ static void s_tick_group(rdzv_batch_t *b, rdzv_group_t *g)
         rdzv_batch_record(b, rdzv_record_root_done(g->name, g->epoch, g->root_retired));
     }
     if (g->overlaps_due)
-        rdzv_group_check_overlaps(b, g);
+        rdzv_release_check_overlaps(b, g);
 }
 
 /* Whether g is a group abandoned while forming its first epoch: nobody
@@ -590,7 +590,7 @@ static void s_group_stats(const rdzv_state_t *st, zhashx_t *groups, int64_t now_
         s->joined = v[k]->joined;
         s->epoch = v[k]->epoch;
         s->complete = v[k]->complete;
-        rdzv_serving_t serving = rdzv_group_serving(st, v[k], now_ms);
+        rdzv_serving_t serving = rdzv_state_serving(st, v[k], now_ms);
         s->live = serving.live;
         s->serving = serving.serving;
     }

@@ -228,7 +228,7 @@ static const char *s_root_state(const rdzv_group_t *g)
 static void s_add_serving(const rdzv_state_t *st, const rdzv_group_t *g, cJSON *item,
                           int64_t now_ms)
 {
-    rdzv_serving_t s = rdzv_group_serving(st, g, now_ms);
+    rdzv_serving_t s = rdzv_state_serving(st, g, now_ms);
     cJSON *down = cJSON_CreateArray();
     const rdzv_member_t *m;
     for (int r = 0; (m = rdzv_group_next(g, &r)) && g->complete; r++)

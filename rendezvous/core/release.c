@@ -108,7 +108,7 @@ static int s_lay_out_plans(rdzv_batch_t *self, rdzv_group_t *g, int *starts)
     return code ? -1 : 0;
 }
 
-void rdzv_group_check_overlaps(rdzv_batch_t *self, rdzv_group_t *g)
+void rdzv_release_check_overlaps(rdzv_batch_t *self, rdzv_group_t *g)
 {
     g->overlaps_due = false;
     cJSON *overlaps = rdzv_status_overlaps(self->state, g);

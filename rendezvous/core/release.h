@@ -17,6 +17,6 @@ int rdzv_release_next_epoch(rdzv_batch_t *self, rdzv_group_t *group, const char 
 /* Logs the overlaps of group's plans with other nodes of the same host
  * address (documents.h), once after a release: run by the tick
  * (overlaps_due). */
-void rdzv_group_check_overlaps(rdzv_batch_t *self, rdzv_group_t *group);
+void rdzv_release_check_overlaps(rdzv_batch_t *self, rdzv_group_t *group);
 
 #endif

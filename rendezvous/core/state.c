@@ -107,7 +107,8 @@ uint64_t rdzv_member_text_bytes(const char *host, const char *node, const char *
     return s_text_bytes(host) + s_text_bytes(node) + s_text_bytes(session);
 }
 
-rdzv_serving_t rdzv_group_serving(const rdzv_state_t *st, const rdzv_group_t *g, int64_t now_ms)
+rdzv_serving_t rdzv_state_serving(const rdzv_state_t *st, const rdzv_group_t *g,
+                                  int64_t now_ms)
 {
     rdzv_serving_t s = { .state = g->complete ? RDZV_GROUP_COMPLETE : RDZV_GROUP_FORMING };
     if (!g->complete)

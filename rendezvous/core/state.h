@@ -63,7 +63,8 @@ typedef struct {
     rdzv_group_state_t state;
     int live, serving;           /* ranks of the epoch alive, and alive and serving */
 } rdzv_serving_t;
-rdzv_serving_t rdzv_group_serving(const rdzv_state_t *st, const rdzv_group_t *g, int64_t now_ms);
+rdzv_serving_t rdzv_state_serving(const rdzv_state_t *st, const rdzv_group_t *g,
+                                  int64_t now_ms);
 
 /* When m was last heard from, as far as this rdzvd knows (loaded_ms). */
 static inline int64_t rdzv_member_seen(const rdzv_state_t *st, const rdzv_member_t *m)
