@@ -16,7 +16,8 @@ Modes:
           LD_PRELOAD shim (the agent sets VLLM_PORT and LD_PRELOAD)
 Prints one JSON line per topology on stdout and a summary on stderr.  Exit
 status: 0, or 1 when --expect is not met, 2 on a harness error, 77 when every
-requested topology was skipped.  Standard library only.
+requested topology was skipped (meson's protocol, as tests/lib/rdzvtest's).
+Standard library and tests/lib only.
 """
 
 import argparse
@@ -32,9 +33,12 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "lib"))
-import rdzvtest  # noqa: E402
-from rdzvtest import Fail, Skip  # noqa: E402
+try:
+    import rdzvtest
+except ImportError:     # run by hand (docs/race.md): meson's PYTHONPATH is not set
+    sys.path.insert(0, os.path.join(HERE, "..", "lib"))
+    import rdzvtest
+from rdzvtest import SKIP, Fail, Skip  # noqa: E402
 
 KINDS = ("eaddrinuse", "wrong_peer", "timeout", "no_result", "off_plan", "role_clash",
          "leftover", "server", "reserve_blocked")
@@ -42,7 +46,6 @@ NS_PREFIX = "rdzvrace"
 NET_PREFIX = "10.213"          # only inside namespaces this harness creates
 SERVER_ADDR = NET_PREFIX + ".0.1"
 RDZVD_NS_PORT = 5555
-SKIP = 77
 KEEP_FAILED_MAX = 10
 FAILED_IDS_MAX = 100
 # Two runs in one namespace would share ports, and two agents of one uid
