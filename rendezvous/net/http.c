@@ -3,6 +3,7 @@
  * into a private buffer and answers, so a slow client never holds a shard
  * up. */
 #include "http.h"
+#include "http_sd.h"
 #include "http_slots.h"
 
 #include "rdzv_proto.h"
@@ -28,6 +29,8 @@
  * this long (replies wait for it), is wedged: /healthz fails. */
 #define S_HEALTH_LOCK_WAIT_MS 5000
 #define S_GROUPS_PATH "/v1/groups"
+#define S_ENDPOINTS_SUFFIX "/endpoints"
+#define S_SD_PATH "/v1/sd"
 #define S_MIME_JSON "application/json"
 #define S_MIME_TEXT "text/plain; charset=utf-8"
 #define S_MIME_PROMETHEUS "text/plain; version=0.0.4; charset=utf-8"
@@ -319,28 +322,53 @@ static void s_redact_ids(cJSON *groups)
     }
 }
 
+/* GET /v1/groups, /v1/groups/G and /v1/groups/G/endpoints. */
 static enum MHD_Result s_handle_groups(struct MHD_Connection *conn, rdzv_core_t *core,
-                                       const char *name)
+                                       const char *path)
 {
+    char name[RDZV_MAX_NAME + 1];
+    size_t len = path ? strlen(path) : 0, suffix = strlen(S_ENDPOINTS_SUFFIX);
+    bool endpoints = len > suffix && strcmp(path + len - suffix, S_ENDPOINTS_SUFFIX) == 0;
+    if (endpoints && len - suffix <= RDZV_MAX_NAME) {
+        memcpy(name, path, len - suffix);
+        name[len - suffix] = '\0';
+        path = name;
+    }
     cJSON *root = cJSON_CreateObject();
     cJSON *groups = NULL;
-    if (!name || rdzv_name_valid(name))
-        groups = rdzv_core_status_json(core, name, rdzv_now_ms());
+    if (!path || rdzv_name_valid(path))
+        groups = rdzv_core_status_json(core, path, rdzv_now_ms());
     s_redact_ids(groups);
-    bool found = groups && (!name || cJSON_GetArraySize(groups) > 0);
+    bool found = groups && (!path || cJSON_GetArraySize(groups) > 0);
     cJSON_AddItemToObject(root, "groups", groups ? groups : cJSON_CreateArray());
+    const char *name_p = path;
     char *text;
-    if (found)
+    if (found && endpoints) {
+        cJSON *doc = rdzv_http_endpoints(groups->child);
+        text = cJSON_PrintUnformatted(doc);
+        cJSON_Delete(doc);
+    } else if (found)
         text = cJSON_PrintUnformatted(root);
     else {
         /* Only a valid name is echoed: any other bytes could break the JSON. */
         char message[300];
         snprintf(message, sizeof message, "no group %.255s",
-                 rdzv_name_valid(name) ? name : "by that name");
+                 rdzv_name_valid(name_p) ? name_p : "by that name");
         text = s_json_error(RDZV_E_NOT_FOUND, message);
     }
     cJSON_Delete(root);
     return s_json(conn, found ? MHD_HTTP_OK : MHD_HTTP_NOT_FOUND, text);
+}
+
+/* GET /v1/sd: Prometheus's HTTP service discovery of every rank's API. */
+static enum MHD_Result s_handle_sd(struct MHD_Connection *conn, rdzv_core_t *core)
+{
+    cJSON *groups = rdzv_core_status_json(core, NULL, rdzv_now_ms());
+    cJSON *doc = rdzv_http_sd(groups);
+    char *text = cJSON_PrintUnformatted(doc);
+    cJSON_Delete(doc);
+    cJSON_Delete(groups);
+    return s_json(conn, MHD_HTTP_OK, text);
 }
 
 /* --- probes and dispatch --- */
@@ -389,6 +417,7 @@ static enum MHD_Result s_route(struct MHD_Connection *conn, rdzv_http_t *self, c
                       s_json_error("unauthorized", "this endpoint wants the --http-token "
                                    "as \"Authorization: Bearer TOKEN\""));
     bool known = strcmp(url, "/metrics") == 0 || strcmp(url, S_GROUPS_PATH) == 0
+                 || strcmp(url, S_SD_PATH) == 0
                  || strncmp(url, S_GROUPS_PATH "/", strlen(S_GROUPS_PATH "/")) == 0;
     if (!known)
         return s_json(conn, MHD_HTTP_NOT_FOUND, s_json_error(RDZV_E_NOT_FOUND, "no such path"));
@@ -396,6 +425,8 @@ static enum MHD_Result s_route(struct MHD_Connection *conn, rdzv_http_t *self, c
         return s_text(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "replaying the journal\n");
     if (strcmp(url, "/metrics") == 0)
         return s_handle_metrics(conn, core);
+    if (strcmp(url, S_SD_PATH) == 0)
+        return s_handle_sd(conn, core);
     if (strcmp(url, S_GROUPS_PATH) == 0)
         return s_handle_groups(conn, core, NULL);
     return s_handle_groups(conn, core, url + strlen(S_GROUPS_PATH "/"));
