@@ -458,7 +458,14 @@ static int s_serve_conn(rdzv_agent_serve_t *self, size_t ci)
     rdzv_agent_msg_t rep = { .magic = RDZV_AGENT_MAGIC, .version = RDZV_AGENT_VERSION,
                              .op = req.op };
     int pass_fd = -1;
-    switch (req.op) {
+    /* The op comes off the socket: one the agent does not know is refused
+     * here, so that the switch names every op and -Wswitch lists each
+     * place a new one touches. */
+    if (req.op < RDZV_AGENT_OP_HELLO || req.op > RDZV_AGENT_OP_CLOSE) {
+        rep.status = EINVAL;
+        return s_send(conn->fd, &rep, -1);
+    }
+    switch ((rdzv_agent_op_t) req.op) {
     case RDZV_AGENT_OP_HELLO:
         rep.range_base = (uint32_t) rdzv_lease_range_base(self->lease);
         rep.range_limit = (uint32_t) rdzv_lease_range_limit(self->lease);
@@ -471,9 +478,6 @@ static int s_serve_conn(rdzv_agent_serve_t *self, size_t ci)
         break;
     case RDZV_AGENT_OP_CLOSE:
         s_handle_close(self, conn, &req);
-        break;
-    default:
-        rep.status = EINVAL;
         break;
     }
     int rc = s_send(conn->fd, &rep, pass_fd);

@@ -95,3 +95,33 @@ print(" ".join(out))
         port, pod.plan[0], pod.plan[-1])
     check(p.stdout.strip() == "98 98", "two binds of %d: %s" % (port, p.stdout))
     check(p.stderr.count(want) == 1, "the line, once: %r" % p.stderr)
+
+
+def case_agent_bad_packets(pod):
+    """The agent's socket takes packets of agent_proto.h's layout: one of
+    the right size and magic with an op the agent does not know is answered
+    EINVAL (22) with nothing done, garbage closes that connection, and the
+    agent serves the next connection as ever."""
+    import struct
+    # magic, version, op, status, kind, flags, port, handle, range_base,
+    # range_limit, epoch, addrlen, addr[28]: sizeof (rdzv_agent_msg_t), 80 bytes.
+    layout = "<IHHiIIIQIIqI28s"
+
+    def packet(op):
+        return struct.pack(layout, 0x52445a41, 1, op, 0, 0, 0, 0, 0, 0, 0, 0, 0, b"")
+
+    def exchange(data):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+            s.settimeout(10)
+            s.connect(pod.sock)
+            s.send(data)
+            return s.recv(4096)
+    check(struct.calcsize(layout) == 80, "the packet layout is %d bytes" % struct.calcsize(layout))
+    reply = exchange(packet(99))
+    got = struct.unpack(layout, reply) if len(reply) == struct.calcsize(layout) else None
+    check(got and got[2] == 99 and got[3] == 22,
+          "an unknown op: %r, not status EINVAL echoing op 99" % (got,))
+    check(exchange(b"\x00" * 7) == b"", "garbage: the agent did not close the connection")
+    hello = struct.unpack(layout, exchange(packet(1)))
+    check(hello[3] == 0 and hello[8] == pod.base and hello[9] == pod.limit,
+          "after them a HELLO is answered with the range: %r" % (hello,))

@@ -29,7 +29,7 @@ from cases_lifecycle import (case_cmd, case_cmd_not_runnable, case_cmd_sighup,  
                              case_group_deleted, case_two_agents_one_netns,
                              case_new_engine_epoch, case_rank_taken, case_replan,
                              case_sidecar_sigquit)
-from cases_closed import case_fail_closed, case_not_in_plan  # noqa
+from cases_closed import case_agent_bad_packets, case_fail_closed, case_not_in_plan  # noqa
 from cases_reserve import (case_reserve_beside_listener, case_reserve_live_holder,  # noqa
                            case_reserve_lock_answers, case_reserve_squatted_lock,
                            case_reserve_squatter_leaves, case_reserve_time_wait,
@@ -76,6 +76,7 @@ POD_CASES = {
     "stalled_agent_resumes": case_stalled_agent_resumes,
     "fail_closed": case_fail_closed,
     "not_in_plan": case_not_in_plan,
+    "agent_bad_packets": case_agent_bad_packets,
 }
 OWN_CASES = {"cmd": case_cmd, "cmd_signal": case_cmd_signal,
              "cmd_not_runnable": case_cmd_not_runnable,
