@@ -219,6 +219,27 @@ def check_engine_command(ctx, ov):
     assert writers, "nothing puts the shim where LD_PRELOAD points"
 
 
+def check_engine_api_port(ctx, ov):
+    """vLLM serves on the api named port RDZV_VLLM_ARGS gives it (--port,
+    PORT_BASE + 2 with one rank per Pod): no --port of the script's own may
+    win over it, and the container port, the probes and the Services are
+    that port."""
+    _, engine = ov.agent_and_engine()
+    words = script_words(script_of(engine))
+    assert "--port" not in words, "the engine's script sets --port beside RDZV_VLLM_ARGS"
+    api = int(ov.settings()["PORT_BASE"]) + 2
+    ports = {p["name"]: p["containerPort"] for p in engine["ports"]}
+    assert ports.get("api") == api, f"the engine's api container port {ports} is not {api}"
+    for probe in ("startupProbe", "readinessProbe"):
+        got = engine[probe]["httpGet"]["port"]
+        assert got in ("api", api), f"{probe} checks port {got}, not the api port"
+    for svc in ov.objects("Service"):
+        for p in svc["spec"].get("ports", []):
+            if p.get("name") == "api":
+                assert p.get("targetPort") in ("api", api), f"Service {svc['metadata']['name']} " \
+                    f"sends its api port to {p.get('targetPort')}"
+
+
 def check_engine_variables_exist(ctx, ov):
     """Every $VAR the engine's script reads is set by someone."""
     _, engine = ov.agent_and_engine()
@@ -372,7 +393,7 @@ def check_engine_script_runs(ctx, ov):
 CHECKS = [check_official_schemas, check_rdzvd_deployment, check_rdzvd_probes_and_metrics_port,
           check_rdzvd_service, check_rdzvd_secrets, check_native_sidecar,
           check_socket_path_everywhere, check_agent_flags_and_variables,
-          check_agent_reaches_rdzvd, check_agent_secrets, check_uids, check_engine_command,
+          check_agent_reaches_rdzvd, check_agent_secrets, check_uids, check_engine_command, check_engine_api_port,
           check_engine_variables_exist, check_world_set_once, check_images_set_once,
           check_settings_reach_everything, check_network_policy,
           check_no_service_named_like_the_lws, check_engine_script_runs]
