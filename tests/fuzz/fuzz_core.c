@@ -126,11 +126,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fprintf(stderr, "fuzz_core: no status reply\n");
         abort();
     }
-    /* "alive" and similar fields depend on when a rank was last seen, and
+    /* "alive" and similar fields depend on when a rank was last seen,
      * "age_s" on when the epoch's first rank joined, which replay does not
-     * restore; compare with those dropped. */
+     * restore, and the serving state on what heartbeats said (soft state,
+     * never journaled); compare with those dropped. */
     cJSON *b = cJSON_Parse(before), *a = cJSON_Parse(after);
-    const char *volatile_fields[] = { "alive", "last_seen_ms", "dead", "waiting", "age_s" };
+    const char *volatile_fields[] = { "alive", "last_seen_ms", "dead", "waiting", "age_s",
+                                      "last_seen_s", "serving", "state", "live_count",
+                                      "serving_count", "not_serving" };
     cJSON *docs[2] = { b, a };
     for (int d = 0; d < 2; d++) {
         cJSON *groups = cJSON_GetObjectItem(docs[d], "groups"), *g;
