@@ -17,8 +17,10 @@ import etcd_cluster
 import rdzvtest
 from replicas import RDZVD, Replica, skipped, rdzv, spawn_join
 
-# Fields that say how the process is now, not what was recorded.
-VOLATILE = {"age_s", "alive", "nccl_root", "seen_s", "last_seen_s"}
+# Fields that say how the process is now, not what was recorded: the
+# clock's, and the serving state the heartbeats make (soft, never journaled).
+VOLATILE = {"age_s", "alive", "nccl_root", "seen_s", "last_seen_s", "serving", "state",
+            "live_count", "serving_count", "not_serving"}
 
 
 def joins(server, group, world, ranks, timeout=30):
