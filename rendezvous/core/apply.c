@@ -159,6 +159,23 @@ static int s_apply_kv(rdzv_state_t *self, rdzv_group_t *g, const rdzv_record_t *
     return 0;
 }
 
+/* A new router: what was found registered at the old one says nothing of
+ * the new. A damaged journal's URL is refused like any client's. */
+static int s_apply_router(rdzv_group_t *g, const rdzv_record_t *rec)
+{
+    rdzv_router_url_t url;
+    char err[1];
+    if (rdzv_router_url_parse(rec->u.router.url, &url, err, sizeof err) < 0
+        || s_set(&g->router, rec->u.router.url) < 0)
+        return -1;
+    rdzv_member_t *m;
+    for (int r = 0; (m = rdzv_group_next(g, &r)); r++)
+        m->registered = m->draining = false;
+    free(g->router_error);
+    g->router_error = NULL;
+    return 0;
+}
+
 int rdzv_state_apply(void *arg, const cJSON *json)
 {
     rdzv_state_t *self = arg;
@@ -188,6 +205,7 @@ int rdzv_state_apply(void *arg, const cJSON *json)
     case RDZV_REC_DELETE:
         rdzv_state_remove_group(self, rec.group);
         return 0;
+    case RDZV_REC_ROUTER: return s_apply_router(g, &rec);
     }
     return -1;                   /* no kind: rdzv_record_read refuses it */
 }

@@ -76,6 +76,8 @@ static bool s_add_group(const rdzv_state_t *st, const rdzv_group_t *g, cJSON *re
     bool ok = s_add(records, rdzv_record_group(g->name, g->world, g->nccl_mode, g->nccl_count));
     if (ok && g->epoch > 1)
         ok = s_add(records, rdzv_record_epoch(g->name, g->epoch));
+    if (ok && g->router)
+        ok = s_add(records, rdzv_record_router(g->name, g->router));
     ok = ok && s_add_plans(st, g, records);
     const rdzv_member_t *m;
     for (int r = 0; ok && (m = rdzv_group_next(g, &r)); r++)

@@ -26,6 +26,11 @@ typedef struct {
     rdzv_limits_t limits;
     /* A replicated journal (journal_opts.h); NULL: the file in state_dir. */
     const rdzv_journal_remote_t *journal_remote;
+    /* --router-allow: the routers a group may name (whole URLs, or a
+     * prefix of them ending before '/' or '#'; "*" any), nrouter_allow of
+     * them; none: a join naming a router is refused. */
+    const char *const *router_allow;
+    int nrouter_allow;
 } rdzv_config_t;
 
 #endif

@@ -593,6 +593,12 @@ static void s_group_stats(const rdzv_state_t *st, zhashx_t *groups, int64_t now_
         rdzv_serving_t serving = rdzv_state_serving(st, v[k], now_ms);
         s->live = serving.live;
         s->serving = serving.serving;
+        s->routed = v[k]->router != NULL;
+        s->registered = 0;
+        const rdzv_member_t *m;
+        for (int r = 0; s->routed && (m = rdzv_group_next(v[k], &r)); r++)
+            s->registered += m->registered;
+        memcpy(s->router_errors, v[k]->router_errors, sizeof s->router_errors);
     }
     out->groups_omitted = i - out->ngroup;
     free(v);

@@ -26,6 +26,7 @@
 #include "proto.h"
 #include "reply.h"
 #include "rdzv_proto.h"
+#include "router_url.h"
 
 typedef struct rdzv_core rdzv_core_t;
 
@@ -130,6 +131,9 @@ typedef struct {
     int64_t epoch;
     bool complete;
     int live, serving;           /* ranks alive, and alive with their engine serving */
+    bool routed;                 /* it names a router */
+    int registered;              /* ranks its router lists as ready */
+    uint64_t router_errors[RDZV_ROUTER_ERR_REASONS];
 } rdzv_group_stat_t;
 
 /* What /metrics shows. Takes the lock. */
@@ -148,6 +152,25 @@ void rdzv_core_stats(rdzv_core_t *self, int64_t now_ms, rdzv_core_stats_t *out);
 /* The status objects of every group, or of the one named (an empty array if
  * there is none), as the status op answers them. Takes the lock. */
 cJSON *rdzv_core_status_json(rdzv_core_t *self, const char *group, int64_t now_ms);
+/* --- Routers (rendezvous/router/ drives them) --- */
+/* The status objects of the groups that name a router, as the status op
+ * answers them. Takes the lock. */
+cJSON *rdzv_core_routed_json(rdzv_core_t *self, int64_t now_ms);
+/* What one reconcile of group with router found: the ranks the router
+ * lists as ready workers, and why the reconcile fell short (reason one of
+ * rdzv_router_err_t, counted; -1 and error NULL: it went through). Ignored
+ * when the group is gone or names another router by now. Takes the lock. */
+typedef struct {
+    const char *group, *router;
+    const int *registered;
+    int nregistered;
+    const int *draining;         /* ranks still listed but on their way out */
+    int ndraining;
+    int reason;
+    const char *error;
+} rdzv_router_report_t;
+void rdzv_core_router_report(rdzv_core_t *self, const rdzv_router_report_t *rep);
+
 /* Whether the lock could be had within ms (/healthz). */
 bool rdzv_core_responsive(rdzv_core_t *self, int ms);
 /* Seconds the sync in flight has taken so far, 0 if none (any thread). */

@@ -48,6 +48,8 @@ static cJSON *s_members(const rdzv_state_t *st, const rdzv_group_t *g, bool with
                 cJSON_AddNullToObject(item, "serving");
             else
                 cJSON_AddBoolToObject(item, "serving", m->health == RDZV_HEALTH_SERVING);
+            cJSON_AddBoolToObject(item, "registered", g->router && m->registered);
+            cJSON_AddBoolToObject(item, "draining", g->router && m->draining);
         }
         cJSON_AddItemToArray(members, item);
     }
@@ -242,6 +244,25 @@ static void s_add_serving(const rdzv_state_t *st, const rdzv_group_t *g, cJSON *
     cJSON_AddItemToObject(item, "not_serving", down);
 }
 
+/* The group's router, null for none; what the last reconcile with it said
+ * (null: it went through); and how many ranks it lists as ready. */
+static void s_add_router(const rdzv_group_t *g, cJSON *item)
+{
+    int registered = 0;
+    const rdzv_member_t *m;
+    for (int r = 0; (m = rdzv_group_next(g, &r)) && g->router; r++)
+        registered += m->registered;
+    if (g->router)
+        cJSON_AddStringToObject(item, "router", g->router);
+    else
+        cJSON_AddNullToObject(item, "router");
+    if (g->router_error)
+        cJSON_AddStringToObject(item, "router_error", g->router_error);
+    else
+        cJSON_AddNullToObject(item, "router_error");
+    cJSON_AddNumberToObject(item, "registered_count", registered);
+}
+
 static cJSON *s_status(const rdzv_state_t *st, rdzv_group_t *g, int64_t now_ms)
 {
     cJSON *item = cJSON_CreateObject();
@@ -261,6 +282,7 @@ static cJSON *s_status(const rdzv_state_t *st, rdzv_group_t *g, int64_t now_ms)
     cJSON_AddNumberToObject(item, "missing_count", g->world - g->joined);
     cJSON_AddItemToObject(item, "missing", rdzv_group_missing(g, RDZV_STATUS_MISSING_MAX));
     s_add_serving(st, g, item, now_ms);
+    s_add_router(g, item);
     /* Since this epoch's first join, as this rdzvd saw it (none after a
      * restart until a rank joins again). */
     if (first_join)
@@ -274,6 +296,15 @@ static cJSON *s_status(const rdzv_state_t *st, rdzv_group_t *g, int64_t now_ms)
         cJSON_AddItemToObject(item, "plan_overlaps", overlaps);
     cJSON_AddItemToObject(item, "members", s_members(st, g, true, now_ms));
     return item;
+}
+
+cJSON *rdzv_state_routed(const rdzv_state_t *st, int64_t now_ms)
+{
+    cJSON *groups = cJSON_CreateArray();
+    for (rdzv_group_t *g = zhashx_first(st->groups); g; g = zhashx_next(st->groups))
+        if (g->router)
+            cJSON_AddItemToArray(groups, s_status(st, g, now_ms));
+    return groups;
 }
 
 cJSON *rdzv_state_status(const rdzv_state_t *st, const char *group, int64_t now_ms)

@@ -30,5 +30,7 @@ rdzv_reply_t rdzv_assignment_parts(const rdzv_state_t *st, rdzv_group_t *g, int 
 /* The status objects of every group, or of the one named (an empty array
  * if there is none), as the status op and /v1/groups answer them. */
 cJSON *rdzv_state_status(const rdzv_state_t *st, const char *group, int64_t now_ms);
+/* The status objects of the groups that name a router. */
+cJSON *rdzv_state_routed(const rdzv_state_t *st, int64_t now_ms);
 
 #endif

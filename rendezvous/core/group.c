@@ -52,6 +52,8 @@ void rdzv_group_destroy(rdzv_group_t **self_p)
     cJSON_Delete(g->rank0_ids);
     rdzv_shared_unref(&g->shared[0]);
     rdzv_shared_unref(&g->shared[1]);
+    free(g->router);
+    free(g->router_error);
     free(g->name);
     free(g);
     *self_p = NULL;

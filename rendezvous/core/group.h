@@ -15,6 +15,7 @@
 #include "plan.h"
 #include "rdzv_proto.h"
 #include "reply.h"
+#include "router_url.h"
 
 #define RDZV_MEMBER_CHUNK 64
 
@@ -29,6 +30,10 @@ typedef struct {
      * restart or a takeover. */
     uint8_t health;
     bool served;
+    /* The group's router lists this rank as a ready worker, as the last
+     * reconcile found it (rendezvous/router/): soft state too. */
+    bool registered;
+    bool draining;               /* ... or still lists it, draining, on its way out */
     int64_t joined_at_ms;        /* when this rank joined the forming epoch */
     bool waiting;                /* a join of this rank awaits the epoch */
     bool want_members;
@@ -78,6 +83,13 @@ typedef struct {
     uint64_t kv_bytes;           /* keys + values of the current epoch */
     uint64_t member_bytes;       /* its members' strings (rdzv_member_text_bytes) */
     int64_t heard_ms;            /* last join or heartbeat (memory only; 0 after a load) */
+    /* The router the group's serving endpoints register at (journaled),
+     * NULL for none; and what the last reconcile with it said: NULL when
+     * it went through, else why not, and its failures by reason (memory
+     * only, rebuilt by the next reconcile). */
+    char *router;
+    char *router_error;
+    uint64_t router_errors[RDZV_ROUTER_ERR_REASONS];
     bool overlaps_due;           /* released since the overlaps were logged */
 } rdzv_group_t;
 

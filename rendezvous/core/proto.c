@@ -2,6 +2,7 @@
 #include "proto_json.h"
 #include "rdzv_proto.h"
 #include "rdzv_util.h"
+#include "router_url.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -92,6 +93,22 @@ static int s_hex_ids(s_ctx_t *c, rdzv_request_t *r)
     return 0;
 }
 
+/* A join's optional router: a URL rdzv_router_url_parse takes. */
+static int s_router(s_ctx_t *c, rdzv_request_t *r)
+{
+    const cJSON *item = cJSON_GetObjectItemCaseSensitive(c->root, "router");
+    if (!item)
+        return 0;
+    if (!cJSON_IsString(item))
+        return s_fail(c, RDZV_E_BAD_REQUEST, "field \"%s\" must be a string", "router");
+    rdzv_router_url_t url;
+    char why[300];
+    if (rdzv_router_url_parse(item->valuestring, &url, why, sizeof why) < 0)
+        return s_fail(c, RDZV_E_BAD_REQUEST, "%s", why);
+    r->router = item->valuestring;
+    return 0;
+}
+
 static int s_parse_join(s_ctx_t *c, int max_world, rdzv_request_t *r)
 {
     int64_t world = 0, rank = 0, timeout = RDZV_DEFAULT_TIMEOUT_MS;
@@ -127,6 +144,8 @@ static int s_parse_join(s_ctx_t *c, int max_world, rdzv_request_t *r)
     if (replace && !cJSON_IsBool(replace))
         return s_fail(c, RDZV_E_BAD_REQUEST, "field \"%s\" must be a boolean", "replace");
     r->replace = cJSON_IsTrue(replace);
+    if (s_router(c, r) < 0)
+        return -1;
     r->world = (int) world;
     r->rank = (int) rank;
     r->timeout_ms = timeout;

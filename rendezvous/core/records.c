@@ -10,6 +10,7 @@ static const char *const s_kinds[] = {
     [RDZV_REC_GROUP] = "group", [RDZV_REC_JOIN] = "join", [RDZV_REC_EPOCH] = "epoch",
     [RDZV_REC_COMPLETE] = "complete", [RDZV_REC_PLANS] = "plans", [RDZV_REC_PLAN] = "plan",
     [RDZV_REC_KV] = "kv", [RDZV_REC_DELETE] = "delete", [RDZV_REC_ROOT_DONE] = "root_done",
+    [RDZV_REC_ROUTER] = "router",
 };
 #define S_KINDS ((int) (sizeof s_kinds / sizeof s_kinds[0]))
 
@@ -129,6 +130,9 @@ int rdzv_record_read(const cJSON *rec, rdzv_record_t *out)
     case RDZV_REC_PLAN: return s_read_plan(rec, out);
     case RDZV_REC_KV: return s_read_kv(rec, out);
     case RDZV_REC_DELETE: return 0;
+    case RDZV_REC_ROUTER:
+        out->u.router.url = s_str(rec, "url");
+        return out->u.router.url ? 0 : -1;
     }
     return -1;                   /* no kind: refused above */
 }
@@ -261,4 +265,10 @@ cJSON *rdzv_record_kv_ref(const char *group, int64_t epoch, const char *key, con
 cJSON *rdzv_record_delete(const char *group)
 {
     return s_new(RDZV_REC_DELETE, group);
+}
+
+cJSON *rdzv_record_router(const char *group, const char *url)
+{
+    cJSON *rec = s_new(RDZV_REC_ROUTER, group);
+    return rec ? s_done(rec, cJSON_AddStringToObject(rec, "url", url) != NULL) : NULL;
 }

@@ -22,6 +22,7 @@ typedef enum {
     RDZV_REC_KV,                 /* a key put in an epoch */
     RDZV_REC_DELETE,             /* the group was deleted */
     RDZV_REC_ROOT_DONE,          /* every rank reached the epoch's server-made NCCL root */
+    RDZV_REC_ROUTER,             /* the group names the router its endpoints register at */
 } rdzv_record_kind_t;
 
 /* A record as read: every field present with its type; ranges that depend
@@ -39,6 +40,7 @@ typedef struct {
         struct { int64_t count; const cJSON *ranks, *nodes, *starts; } plans;  /* nodes may be NULL */
         struct { int64_t rank, start, count; const char *node; } plan;
         struct { int64_t epoch; const char *key, *value; } kv;
+        struct { const char *url; } router;
     } u;
 } rdzv_record_t;
 
@@ -62,6 +64,7 @@ cJSON *rdzv_record_kv(const char *group, int64_t epoch, const char *key, const c
 /* The same pointing at value, not copying it: value must outlive the record. */
 cJSON *rdzv_record_kv_ref(const char *group, int64_t epoch, const char *key, const char *value);
 cJSON *rdzv_record_delete(const char *group);
+cJSON *rdzv_record_router(const char *group, const char *url);
 cJSON *rdzv_record_root_done(const char *group, int64_t epoch, bool retired);
 
 #endif
