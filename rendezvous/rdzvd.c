@@ -7,6 +7,7 @@
 #include "http.h"
 #include "journal_opts.h"
 #include "listen.h"
+#include "router.h"
 #include "server.h"
 #include "rdzv_proto.h"
 #include "rdzv_util.h"
@@ -45,6 +46,8 @@ typedef struct {
     int listeners;               /* 0: as many as rdzvd picks */
     rdzv_journal_remote_t journal;   /* a replicated journal's options (journal_opts.h) */
     const char *advertise;
+    const char *router_allow[64];    /* --router-allow, cfg.router_allow points here */
+    rdzv_router_opts_t router;
 } s_options_t;
 
 static void s_usage(FILE *out)
@@ -104,6 +107,13 @@ static void s_usage(FILE *out)
         "  --insecure-bind-any      without keys, serve other than loopback anyway\n"
         "  --peer-timeout S         drop a connection whose handshake, or whose answer to\n"
         "                           a ZMTP heartbeat, takes over S seconds (default 30)\n"
+        "  --router-allow URL       groups may name this router (rdzv agent --router):\n"
+        "                           a whole URL, or its start before '/' or '#'; '*' any;\n"
+        "                           repeat for more (default: none, registration off)\n"
+        "  --router-token FILE      bearer token for HTTP routers' worker APIs\n"
+        "  --router-interval SEC    reconcile every group's router this often (default 1)\n"
+        "  --router-drain SEC       a drained HAProxy server goes when its last session\n"
+        "                           ends, or after SEC (default 30)\n"
         "  --max-connections N      close a connection beyond N at once (default: the\n"
         "                           limit on open files less those open at start, and\n"
         "                           a reserve of 1/40 of it, at least 32)\n"
@@ -137,6 +147,30 @@ static const char *s_default_helper(void)
     return access(path, X_OK) == 0 ? path : NULL;
 }
 
+/* One --router-allow: a router URL (checked as a join's would be) or a
+ * start of one, or "*". */
+static int s_router_allow(s_options_t *o, const char *arg)
+{
+    size_t max = sizeof o->router_allow / sizeof o->router_allow[0];
+    if (o->cfg.nrouter_allow >= (int) max) {
+        fprintf(stderr, "rdzvd: --router-allow given more than %zu times\n", max);
+        return -1;
+    }
+    rdzv_router_url_t url;
+    char err[300];
+    /* haproxy:///PATH alone allows every backend of that socket. */
+    char whole[RDZV_ROUTER_URL_MAX + 8];
+    snprintf(whole, sizeof whole, "%s%s", arg,
+             strncmp(arg, "haproxy://", 10) == 0 && !strchr(arg, '#') ? "#b" : "");
+    if (strcmp(arg, "*") != 0 && rdzv_router_url_parse(whole, &url, err, sizeof err) < 0) {
+        fprintf(stderr, "rdzvd: --router-allow: %s\n", err);
+        return -1;
+    }
+    o->router_allow[o->cfg.nrouter_allow++] = arg;
+    o->cfg.router_allow = o->router_allow;
+    return 0;
+}
+
 static int s_parse(int argc, char **argv, s_options_t *o)
 {
     static const struct option longopts[] = {
@@ -163,6 +197,10 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         { "max-waits", required_argument, 0, 'W' }, { "max-rps", required_argument, 0, 'P' },
         { "shards", required_argument, 0, 'S' }, { "listeners", required_argument, 0, 'Q' },
         { "advertise", required_argument, 0, 1006 },
+        { "router-allow", required_argument, 0, 1008 },
+        { "router-token", required_argument, 0, 1009 },
+        { "router-interval", required_argument, 0, 1010 },
+        { "router-drain", required_argument, 0, 1011 },
         { 0, 0, 0, 0 },
     };
     /* rdzvd's options, then the journal's (journal_opts.h). */
@@ -247,6 +285,12 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         case 'W': rc = s_int_arg("--max-waits", optarg, 1, 1 << 28, &o->cfg.limits.max_waits); break;
         case 'P': rc = s_int_arg("--max-rps", optarg, -1, 1 << 24, &o->cfg.limits.max_rps); break;
         case 1006: o->advertise = optarg; break;
+        case 1008: rc = s_router_allow(o, optarg); break;
+        case 1009: o->router.token_file = optarg; break;
+        case 1010: rc = s_int_arg("--router-interval", optarg, 1, 3600, &o->router.interval_ms);
+            o->router.interval_ms *= 1000;
+            break;
+        case 1011: rc = s_int_arg("--router-drain", optarg, 0, 86400, &o->router.drain_s); break;
         case 'h': s_usage(stdout); exit(0);
         case 'V': printf("rdzvd %s\n", RDZV_VERSION_STRING); exit(0);
         default: s_usage(stderr); return -1;
@@ -417,6 +461,7 @@ int main(int argc, char **argv)
      * release and a TLB shoot-down across every thread when it goes. */
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     s_options_t o = {
+        .router = { .interval_ms = 1000, .drain_s = 30 },
         .cfg = { .port_base = RDZV_DEFAULT_PORT_BASE, .ports_per_rank = RDZV_DEFAULT_PORTS_PER_RANK,
                  .port_limit = RDZV_DEFAULT_PORT_LIMIT, .max_world = RDZV_DEFAULT_MAX_WORLD,
                  .do_fsync = true, .nccl_root_timeout_s = 600, .state_dir = "./rdzv-state" },
@@ -498,8 +543,12 @@ int main(int argc, char **argv)
     fflush(stderr);
     if (o.endpoint_file)
         s_write_endpoint(o.endpoint_file, rdzv_server_endpoint(server));
+    rdzv_router_t *router = NULL;
+    if (o.cfg.nrouter_allow > 0 && !(router = rdzv_router_start(core, &o.router, err, sizeof err)))
+        rdzv_core_log("router", "not started: %s", err);
     rdzv_server_run(server);
     rdzv_core_log("stop", "signal received; exiting");
+    rdzv_router_stop(&router);
     rdzv_http_destroy(&http);
     rdzv_server_destroy(&server);
     rdzv_core_destroy(&core);

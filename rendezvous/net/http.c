@@ -181,6 +181,29 @@ static void s_label(FILE *f, const char *name)
     }
 }
 
+/* Only the groups that name a router have router samples. */
+static void s_router_metrics(const rdzv_core_stats_t *st, FILE *f)
+{
+    fputs("# HELP rdzv_group_ranks_registered Ranks of the group its router lists as ready "
+          "workers, as the last reconcile found.\n"
+          "# TYPE rdzv_group_ranks_registered gauge\n", f);
+    for (size_t i = 0; i < st->ngroup; i++)
+        if (st->group[i].routed) {
+            fputs("rdzv_group_ranks_registered{group=\"", f);
+            s_label(f, st->group[i].name);
+            fprintf(f, "\"} %d\n", st->group[i].registered);
+        }
+    fputs("# HELP rdzv_router_errors_total Calls to the group's router that failed, by why.\n"
+          "# TYPE rdzv_router_errors_total counter\n", f);
+    for (size_t i = 0; i < st->ngroup; i++)
+        for (int r = 0; st->group[i].routed && r < RDZV_ROUTER_ERR_REASONS; r++) {
+            fputs("rdzv_router_errors_total{group=\"", f);
+            s_label(f, st->group[i].name);
+            fprintf(f, "\",reason=\"%s\"} %llu\n", rdzv_router_err_names[r],
+                    (unsigned long long) st->group[i].router_errors[r]);
+        }
+}
+
 static void s_group_metrics(const rdzv_core_stats_t *st, FILE *f)
 {
     static const struct { const char *name, *help; } families[] = {
@@ -204,6 +227,7 @@ static void s_group_metrics(const rdzv_core_stats_t *st, FILE *f)
             fprintf(f, "\"} %lld\n", v[k]);
         }
     }
+    s_router_metrics(st, f);
     s_metric(f, "rdzv_group_metrics_omitted", "gauge",
              "Groups past the first " S_STR(RDZV_METRICS_GROUPS)
              " by name, which have no rdzv_group_* samples.", st->groups_omitted);

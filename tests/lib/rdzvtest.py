@@ -186,6 +186,18 @@ def free_port():
     return free_ports(1)[0]
 
 
+def http_get(url, token=None, timeout=5):
+    """The body of GET url (with a bearer token), "" if it fails."""
+    req = urllib.request.Request(url)
+    if token:
+        req.add_header("Authorization", "Bearer " + token)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def http_status(url, token=None, timeout=2):
     """The HTTP status of GET url (with a bearer token), 0 if nothing answers."""
     req = urllib.request.Request(url)

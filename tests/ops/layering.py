@@ -2,13 +2,15 @@
 """rdzvd's layering, read from the symbols of its wings' libraries (nm)
 and from their sources.
 
-  layering.py SOURCE_ROOT base=LIB journal=LIB core=LIB net=LIB
+  layering.py SOURCE_ROOT base=LIB journal=LIB core=LIB net=LIB router=LIB
 
 TAP checks: the files call each other without circles; each wing calls
-only the wings below it (base < journal < core < net); only core.c writes
-or syncs the journal; the network wing reaches the core only through
-core.h and never touches the journal; nothing below it calls up into
-core.c; nothing outside the journal's wing names etcd."""
+only the wings below it (base < journal < core < net, router), net and
+router being siblings that never call each other; only core.c writes or
+syncs the journal; the network and router wings reach the core only
+through core.h (core.c, core_router.c) and never touch the journal;
+nothing below them calls up into core.c; nothing outside the journal's
+wing names etcd."""
 import collections
 import os
 import re
@@ -17,7 +19,11 @@ import sys
 
 import rdzvtest
 
-ORDER = ["base", "journal", "core", "net"]
+ORDER = ["base", "journal", "core", "net", "router"]
+# Siblings over the core: neither calls the other.
+SIBLINGS = {"net", "router"}
+# What core.h declares is defined in these files of the core.
+CORE_DOORS = {"core", "core_router"}
 JOURNAL_IO = {"rdzv_journal_write", "rdzv_journal_sync_start", "rdzv_journal_wait",
               "rdzv_journal_compact"}
 # The core's insides: the network wing sees none of them (core.h is its door).
@@ -86,19 +92,20 @@ def main():
     checks.append(("no circles between rdzvd's files",
                    not found, " ".join(f"{a}->{b}" for a, b in found)))
     up = sorted(f"{a}({wing[a]})->{b}({wing[b]})" for a in edges for b in edges[a]
-                if ORDER.index(wing[b]) > ORDER.index(wing[a]))
-    checks.append(("each wing calls only the wings below it (%s)" % " < ".join(ORDER),
-                   not up, " ".join(up)))
+                if ORDER.index(wing[b]) > ORDER.index(wing[a])
+                or (wing[a] != wing[b] and {wing[a], wing[b]} <= SIBLINGS))
+    checks.append(("each wing calls only the wings below it (base < journal < core < "
+                   "net, router; net and router never each other)", not up, " ".join(up)))
     io = sorted(f for f, syms in used.items() if syms & JOURNAL_IO and f != "core")
     checks.append(("only core.c writes and syncs the journal", not io, " ".join(io)))
-    net = [f for f in wing if wing[f] == "net"]
+    net = [f for f in wing if wing[f] in SIBLINGS]
     inner = sorted(f"{f}->{b}" for f in net for b in edges.get(f, ())
                    if b in CORE_INSIDES or wing[b] == "journal")
-    checks.append(("the network wing reaches the core only through core.h and never the "
-                   "journal", not inner, " ".join(inner)))
-    callers = sorted(f for f in edges if "core" in edges[f] and wing[f] != "net")
-    checks.append(("nothing but the network wing calls into core.c", not callers,
-                   " ".join(callers)))
+    checks.append(("the network and router wings reach the core only through core.h and "
+                   "never the journal", not inner, " ".join(inner)))
+    callers = sorted(f for f in edges if edges[f] & CORE_DOORS and wing[f] not in SIBLINGS)
+    checks.append(("nothing but the network and router wings calls into core.c and "
+                   "core_router.c", not callers, " ".join(callers)))
     etcd = naming_etcd(root)
     checks.append(("nothing outside the journal's wing names etcd", not etcd, " ".join(etcd)))
     etcd_syms = sorted(f"{f}:{s}" for f, syms in used.items() if wing[f] != "journal"

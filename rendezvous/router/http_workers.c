@@ -1,0 +1,238 @@
+/* Routers with a worker-management HTTP API: vLLM's router and SGLang's
+ * router (docs/deployment.md, "Routing", says which versions):
+ *   GET  /list_workers              {"urls": ["http://HOST:PORT", ...]}
+ *   POST /add_worker?url=URL        the router checks the worker and adds it
+ *   POST /remove_worker?url=URL
+ * with "Authorization: Bearer TOKEN" when rdzvd has --router-token. These
+ * routers have no drain: a rank that stops serving is removed at once.
+ * The workers rdzvd removes are the group's: those whose URL is a rank's
+ * API endpoint, and those it added itself (s->owned), so that workers the
+ * operator added by hand stay. */
+#include "driver.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef RDZV_HAVE_CURL
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+
+#define S_CONNECT_TIMEOUT_MS 1000
+/* The router checks a worker's health before it answers an add. */
+#define S_ADD_TIMEOUT_MS 10000
+#define S_TIMEOUT_MS 3000
+#define S_BODY_MAX (4 << 20)
+
+typedef struct {
+    char *text;
+    size_t len;
+    bool too_long;
+} s_body_t;
+
+static size_t s_write(char *ptr, size_t size, size_t n, void *arg)
+{
+    s_body_t *b = arg;
+    size_t add = size * n;
+    if (b->len + add > S_BODY_MAX) {
+        b->too_long = true;
+        return 0;
+    }
+    char *grown = realloc(b->text, b->len + add + 1);
+    if (!grown)
+        return 0;
+    memcpy(grown + b->len, ptr, add);
+    b->text = grown;
+    b->len += add;
+    b->text[b->len] = '\0';
+    return add;
+}
+
+/* One call: method POST or GET of base + path (+ "?url=" worker, escaped);
+ * 0 with the body in *body (malloc'd, may be NULL) on a 2xx, else -1 with
+ * why set from the transport error or the status. */
+static int s_call(rdzv_router_sync_t *s, CURL *curl, bool post, const char *path,
+                  const char *worker, int timeout_ms, char **body)
+{
+    char url[2 * RDZV_ROUTER_URL_MAX + 64];
+    char *escaped = worker ? curl_easy_escape(curl, worker, 0) : NULL;
+    snprintf(url, sizeof url, "%s%s%s%s", s->url->base, path, escaped ? "?url=" : "",
+             escaped ? escaped : "");
+    curl_free(escaped);
+    s_body_t b = { 0 };
+    struct curl_slist *headers = NULL;
+    char auth[4200];
+    if (s->token) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", s->token);
+        headers = curl_slist_append(headers, auth);
+    }
+    curl_easy_reset(curl);
+    curl_easy_setopt(curl, CURLOPT_URL, url);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, (long) S_CONNECT_TIMEOUT_MS);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, (long) timeout_ms);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, s_write);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    if (post) {
+        curl_easy_setopt(curl, CURLOPT_POST, 1L);
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, "");
+    }
+    CURLcode rc = curl_easy_perform(curl);
+    long status = 0;
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+    curl_slist_free_all(headers);
+    int ret = 0;
+    const char *what = path + 1;
+    if (rc == CURLE_OPERATION_TIMEDOUT)
+        ret = rdzv_router_fail(s, RDZV_ROUTER_ERR_TIMEOUT, "%s: no answer within %d ms", what,
+                               timeout_ms);
+    else if (rc != CURLE_OK && !b.too_long)
+        ret = rdzv_router_fail(s, RDZV_ROUTER_ERR_UNREACHABLE, "%s: %s", what,
+                               curl_easy_strerror(rc));
+    else if (b.too_long)
+        ret = rdzv_router_fail(s, RDZV_ROUTER_ERR_PROTOCOL, "%s: an answer over %d bytes", what,
+                               S_BODY_MAX);
+    else if (status < 200 || status > 299)
+        ret = rdzv_router_fail(s, status == 401 || status == 403 ? RDZV_ROUTER_ERR_UNAUTHORIZED
+                               : status == 404 ? RDZV_ROUTER_ERR_NOT_FOUND
+                               : status >= 500 ? RDZV_ROUTER_ERR_SERVER
+                               : RDZV_ROUTER_ERR_REFUSED,
+                               "%s%s%s: HTTP %ld: %.120s", what, worker ? " " : "",
+                               worker ? worker : "", status, b.text ? b.text : "");
+    if (ret == 0 && body)
+        *body = b.text;
+    else
+        free(b.text);
+    return ret;
+}
+
+/* The router's workers: an array of URL strings (owned by *doc). */
+static const cJSON *s_list(rdzv_router_sync_t *s, CURL *curl, cJSON **doc)
+{
+    char *body = NULL;
+    if (s_call(s, curl, false, "/list_workers", NULL, S_TIMEOUT_MS, &body) < 0)
+        return NULL;
+    *doc = body ? cJSON_Parse(body) : NULL;
+    free(body);
+    const cJSON *urls = cJSON_GetObjectItemCaseSensitive(*doc, "urls");
+    const cJSON *u;
+    bool ok = cJSON_IsArray(urls);
+    cJSON_ArrayForEach(u, urls)
+        ok = ok && cJSON_IsString(u);
+    if (!ok) {
+        rdzv_router_fail(s, RDZV_ROUTER_ERR_PROTOCOL, "list_workers: not {\"urls\": [...]}");
+        return NULL;
+    }
+    return urls;
+}
+
+static bool s_listed(const cJSON *urls, const char *url)
+{
+    const cJSON *u;
+    cJSON_ArrayForEach(u, urls)
+        if (strcmp(u->valuestring, url) == 0)
+            return true;
+    return false;
+}
+
+static int s_owned_index(const rdzv_router_sync_t *s, const char *url)
+{
+    for (int i = 0; i < s->nowned; i++)
+        if (strcmp(s->owned[i], url) == 0)
+            return i;
+    return -1;
+}
+
+static void s_own(rdzv_router_sync_t *s, const char *url)
+{
+    if (s_owned_index(s, url) >= 0)
+        return;
+    if (s->nowned == s->owned_cap) {
+        int cap = s->owned_cap ? 2 * s->owned_cap : 16;
+        char **grown = realloc(s->owned, (size_t) cap * sizeof *grown);
+        if (!grown)
+            return;
+        s->owned = grown;
+        s->owned_cap = cap;
+    }
+    char *copy = strdup(url);
+    if (copy)
+        s->owned[s->nowned++] = copy;
+}
+
+static void s_disown(rdzv_router_sync_t *s, const char *url)
+{
+    int i = s_owned_index(s, url);
+    if (i >= 0) {
+        free(s->owned[i]);
+        s->owned[i] = s->owned[--s->nowned];
+    }
+}
+
+/* Whether url is one of the group's: a rank's endpoint, or one added for it. */
+static bool s_ours(const rdzv_router_sync_t *s, const char *url)
+{
+    for (int i = 0; i < s->nmembers; i++) {
+        char mine[RDZV_ROUTER_ADDR_MAX + 8];
+        snprintf(mine, sizeof mine, "http://%s", s->members[i].addr);
+        if (strcmp(mine, url) == 0)
+            return true;
+    }
+    return s_owned_index(s, url) >= 0;
+}
+
+int rdzv_router_http_sync(rdzv_router_sync_t *s)
+{
+    CURL *curl = curl_easy_init();
+    if (!curl)
+        return rdzv_router_fail(s, RDZV_ROUTER_ERR_PROTOCOL, "cannot start libcurl");
+    cJSON *doc = NULL;
+    const cJSON *urls = s_list(s, curl, &doc);
+    int rc = urls ? 0 : -1;
+    /* Off first: a rank's old endpoint leaves before its new one comes. */
+    const cJSON *u;
+    cJSON_ArrayForEach(u, urls) {
+        bool wanted = false;
+        for (int i = 0; i < s->nmembers && !wanted; i++) {
+            char mine[RDZV_ROUTER_ADDR_MAX + 8];
+            snprintf(mine, sizeof mine, "http://%s", s->members[i].addr);
+            wanted = s->members[i].want && strcmp(mine, u->valuestring) == 0;
+        }
+        if (!wanted && s_ours(s, u->valuestring)) {
+            if (s_call(s, curl, true, "/remove_worker", u->valuestring, S_TIMEOUT_MS, NULL) < 0)
+                rc = -1;
+            else
+                s_disown(s, u->valuestring);
+        }
+    }
+    s->nregistered = 0;
+    for (int i = 0; urls && i < s->nmembers; i++) {
+        char mine[RDZV_ROUTER_ADDR_MAX + 8];
+        snprintf(mine, sizeof mine, "http://%s", s->members[i].addr);
+        if (!s->members[i].want)
+            continue;
+        if (!s_listed(urls, mine)) {
+            if (s_call(s, curl, true, "/add_worker", mine, S_ADD_TIMEOUT_MS, NULL) < 0) {
+                rc = -1;
+                continue;
+            }
+            s_own(s, mine);
+        }
+        s->registered[s->nregistered++] = s->members[i].rank;
+    }
+    cJSON_Delete(doc);
+    curl_easy_cleanup(curl);
+    return rc;
+}
+
+#else
+
+int rdzv_router_http_sync(rdzv_router_sync_t *s)
+{
+    return rdzv_router_fail(s, RDZV_ROUTER_ERR_UNREACHABLE, "this rdzvd was built without "
+                            "libcurl, so it cannot call HTTP routers (HAProxy works)");
+}
+
+#endif
