@@ -16,8 +16,9 @@ static const char s_usage[] =
     "Prints a table of the groups: world, ranks joined, ranks serving, the\n"
     "ranks still missing, epoch, state (forming, complete, serving, or\n"
     "degraded with the ranks that are dead or do not serve) and age; with\n"
-    "--group, then one line per rank: node, API endpoint, alive, serving and\n"
-    "when rdzvd last heard from it. --json prints {\"groups\":[...]} as one\n"
+    "--group, then the group's router (and its last error) and one line per\n"
+    "rank: node, API endpoint, alive, serving, registered at the router ('-'\n"
+    "without one) and when rdzvd last heard from it. --json prints {\"groups\":[...]} as one\n"
     "JSON line instead: also the members with their port plans.\n"
     "\n"
     "  --server EP[,EP...]\n"
@@ -99,8 +100,14 @@ static const char *s_flag(const cJSON *m, const char *key)
  * the api port of its plan) and what rdzvd last heard of it. */
 static void s_ranks(const cJSON *g)
 {
-    printf("\n%6s %-24s %-28s %-6s %-8s %s\n", "RANK", "NODE", "ENDPOINT", "ALIVE", "SERVING",
-           "LAST SEEN");
+    const cJSON *router = cJSON_GetObjectItemCaseSensitive(g, "router");
+    const cJSON *error = cJSON_GetObjectItemCaseSensitive(g, "router_error");
+    if (cJSON_IsString(router))
+        printf("\nrouter: %s (%d registered)%s%s\n", router->valuestring,
+               s_num(g, "registered_count"), cJSON_IsString(error) ? "; last error: " : "",
+               cJSON_IsString(error) ? error->valuestring : "");
+    printf("\n%6s %-24s %-28s %-6s %-8s %-10s %s\n", "RANK", "NODE", "ENDPOINT", "ALIVE",
+           "SERVING", "REGISTERED", "LAST SEEN");
     const cJSON *members = cJSON_GetObjectItemCaseSensitive(g, "members");
     for (const cJSON *m = cJSON_IsArray(members) ? members->child : NULL; m; m = m->next) {
         const cJSON *host = cJSON_GetObjectItemCaseSensitive(m, "host");
@@ -112,9 +119,13 @@ static void s_ranks(const cJSON *g)
                      : "%s:%d", host->valuestring, ports->child->valueint + RDZV_ROLE_API);
         if (s_num(m, "last_seen_s") >= 0)
             snprintf(seen, sizeof seen, "%ds ago", s_num(m, "last_seen_s"));
-        printf("%6d %-24s %-28s %-6s %-8s %s\n", s_num(m, "rank"),
+        printf("%6d %-24s %-28s %-6s %-8s %-10s %s\n", s_num(m, "rank"),
                cJSON_IsString(node) ? node->valuestring : "?", endpoint, s_flag(m, "alive"),
-               s_flag(m, "serving"), seen);
+               s_flag(m, "serving"),
+               !cJSON_IsString(router) ? "-"
+               : cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "draining")) ? "draining"
+               : s_flag(m, "registered"),
+               seen);
     }
 }
 

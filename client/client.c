@@ -8,6 +8,7 @@
 #include "rdzv_proto.h"
 #include "rdzv_util.h"
 #include "route.h"
+#include "router_url.h"
 #include "transport.h"
 
 #include <dlfcn.h>
@@ -28,6 +29,7 @@ struct rdzv_client {
     int request_timeout_ms;
     bool replace;                /* joins take the rank from a live session */
     bool members;                /* joins ask for the members list */
+    char *router;                /* joins name it; NULL: none */
     /* rank0 mode: the IDs this process made for its next successful join of
      * r0_group; kept across failed joins so a retry sends the same ones. */
     char r0_group[RDZV_MAX_NAME + 1];
@@ -121,6 +123,7 @@ RDZV_EXPORT void rdzv_client_destroy(rdzv_client_t **self_p)
         return;
     rdzv_client_t *self = *self_p;
     rdzv_transport_destroy(&self->transport);
+    free(self->router);
     free(self->endpoint);
     free(self);
     *self_p = NULL;
@@ -154,6 +157,22 @@ RDZV_EXPORT int rdzv_client_set_members(rdzv_client_t *self, bool members)
     if (!self)
         return RDZV_ERR_USAGE;
     self->members = members;
+    return RDZV_OK;
+}
+
+RDZV_EXPORT int rdzv_client_set_router(rdzv_client_t *self, const char *router)
+{
+    if (!self)
+        return RDZV_ERR_USAGE;
+    rdzv_router_url_t url;
+    char why[400];
+    if (router && rdzv_router_url_parse(router, &url, why, sizeof why) < 0)
+        return s_fail(self, RDZV_ERR_USAGE, "%s", why);
+    char *copy = router ? strdup(router) : NULL;
+    if (router && !copy)
+        return s_fail(self, RDZV_ERR_USAGE, "out of memory");
+    free(self->router);
+    self->router = copy;
     return RDZV_OK;
 }
 
@@ -557,6 +576,8 @@ static cJSON *s_join_request(const rdzv_client_t *self, const rdzv_join_args_t *
                                 || cJSON_AddNumberToObject(req, "nccl_ids", nccl_ids))
                             && (!self->replace || cJSON_AddTrueToObject(req, "replace"))
                             && cJSON_AddBoolToObject(req, "members", self->members)
+                            && (!self->router
+                                || cJSON_AddStringToObject(req, "router", self->router))
                             && (!rank0_ids || s_add_rank0_ids(self, req)));
 }
 

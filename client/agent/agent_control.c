@@ -2,6 +2,7 @@
 #include "rdzv_proto.h"
 #include "rdzv_util.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -26,6 +27,10 @@ struct rdzv_agent_control {
     bool busy;                 /* the thread is inside a request */
     int serving;               /* what the next heartbeat says of the engine: -1 nothing */
     bool poke;                 /* serving changed: heartbeat now */
+    /* rdzv_agent_control_drain: asked for (serving stays 0), then done
+     * once the router let the rank go or the deadline passed. */
+    bool draining, drained;
+    int64_t drain_deadline_ms;
     rdzv_assignment_t *fresh;  /* not yet taken by the main thread */
     int exit_code;             /* != 0: the first join failed */
     char error[256];
@@ -87,12 +92,89 @@ static int s_serving(rdzv_agent_control_t *self)
 void rdzv_agent_control_set_serving(rdzv_agent_control_t *self, int serving)
 {
     pthread_mutex_lock(&self->lock);
-    if (serving != self->serving) {
+    if (serving != self->serving && !self->draining) {
         self->serving = serving;
         self->poke = true;
         pthread_cond_signal(&self->wake);
     }
     pthread_mutex_unlock(&self->lock);
+}
+
+/* Whether status_json (the status op's groups) says group's router still
+ * lists rank, ready or draining: false too when the group names no
+ * router. */
+static bool s_registered(const char *status_json, const char *group, int rank)
+{
+    cJSON *groups = cJSON_Parse(status_json);
+    bool registered = false;
+    const cJSON *g, *m;
+    cJSON_ArrayForEach(g, groups) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(g, "group");
+        if (!cJSON_IsString(name) || strcmp(name->valuestring, group) != 0)
+            continue;
+        cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(g, "members")) {
+            const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "rank");
+            if (cJSON_IsNumber(r) && r->valueint == rank)
+                registered = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "registered"))
+                             || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "draining"));
+        }
+    }
+    cJSON_Delete(groups);
+    return registered;
+}
+
+static int64_t s_now_ms(void);
+
+/* The drain: heartbeats that say "not serving" until rdzvd's status shows
+ * the router let this rank go, or the deadline. */
+static void s_drain(rdzv_agent_control_t *self, rdzv_client_t *client, int64_t epoch)
+{
+    const char *group = self->args.join.group;
+    int rank = self->args.join.rank;
+    for (;;) {
+        int64_t now = epoch;
+        rdzv_heartbeat_serving(client, group, rank, epoch, 0, &now);
+        char *json = NULL;
+        bool gone = rdzv_status(client, group, &json) == RDZV_OK
+                    && !s_registered(json, group, rank);
+        free(json);
+        pthread_mutex_lock(&self->lock);
+        bool late = s_now_ms() >= self->drain_deadline_ms || self->stop;
+        pthread_mutex_unlock(&self->lock);
+        if (gone || late) {
+            if (self->args.router)
+                fprintf(stderr, "rdzv agent: group %s rank %d: %s\n", group, rank,
+                        gone ? "the router let this rank go"
+                             : "the router still lists this rank; going on");
+            break;
+        }
+        struct timespec pause = { .tv_nsec = 250 * 1000000L };
+        nanosleep(&pause, NULL);
+    }
+    pthread_mutex_lock(&self->lock);
+    self->drained = true;
+    pthread_cond_broadcast(&self->wake);
+    pthread_mutex_unlock(&self->lock);
+}
+
+bool rdzv_agent_control_drain(rdzv_agent_control_t *self, int timeout_ms)
+{
+    struct timespec until;
+    /* A second more than the thread's own deadline: it may be inside a
+     * request when the drain is asked for. */
+    rdzv_timespec_after(CLOCK_MONOTONIC, timeout_ms + 1000, &until);
+    pthread_mutex_lock(&self->lock);
+    self->draining = true;
+    self->serving = 0;
+    self->poke = true;
+    self->drain_deadline_ms = s_now_ms() + timeout_ms;
+    pthread_cond_broadcast(&self->wake);
+    while (!self->drained && !self->stop && self->exit_code == 0)
+        if (pthread_cond_timedwait(&self->wake, &self->lock, &until) == ETIMEDOUT)
+            break;
+    bool drained = self->drained;
+    pthread_mutex_unlock(&self->lock);
+    return drained;
 }
 
 static bool s_take_rejoin(rdzv_agent_control_t *self)
@@ -170,6 +252,8 @@ static rdzv_client_t *s_new_client(rdzv_agent_control_t *self)
     self->first_session[0] = '\0';
     if (!client)
         s_fail(self, 1, err);
+    else if (self->args.router)
+        rdzv_client_set_router(client, self->args.router);   /* checked at start */
     return client;
 }
 
@@ -195,6 +279,13 @@ static void *s_run(void *arg)
             if (!(client = s_new_client(self)))
                 break;
             epoch = s_join(self, client, false);
+            continue;
+        }
+        pthread_mutex_lock(&self->lock);
+        bool drain = self->draining && !self->drained;
+        pthread_mutex_unlock(&self->lock);
+        if (drain) {
+            s_drain(self, client, epoch);
             continue;
         }
         int64_t now = epoch;

@@ -19,6 +19,7 @@ typedef struct {
     rdzv_join_args_t join;     /* strings must outlive the control */
     int heartbeat_ms;
     const char *first_session; /* the first join's session (copied); NULL: a new one */
+    const char *router;        /* the group's router, sent with each join; NULL: none */
 } rdzv_agent_control_args_t;
 
 /* Starts the thread, which joins at once. NULL on failure (reason in err). */
@@ -45,5 +46,9 @@ void rdzv_agent_control_rejoin(rdzv_agent_control_t *self);
  * -1 nothing; a change is sent at once rather than at the next beat. Any
  * thread. */
 void rdzv_agent_control_set_serving(rdzv_agent_control_t *self, int serving);
+/* A graceful stop: from now on the heartbeats say the engine does not
+ * serve (whatever its health), and this waits until rdzvd says the group's
+ * router no longer lists this rank, or timeout_ms. Whether it did. */
+bool rdzv_agent_control_drain(rdzv_agent_control_t *self, int timeout_ms);
 
 #endif

@@ -48,7 +48,10 @@ typedef struct {
     rdzv_agent_progress_t *progress;  /* until the first assignment */
     bool done;
     int exit_code;
+    bool drained;              /* SIGTERM's drain is done: a second SIGTERM goes at once */
 } s_agent_t;
+
+#define S_FAREWELL_MS 1000
 
 static void s_fatal(s_agent_t *self, int code, const char *why)
 {
@@ -400,6 +403,12 @@ static void s_on_signal(s_agent_t *self)
                                                      : 128 + WTERMSIG(status);
             }
         } else if (self->child > 0) {
+            /* With a router, the rank leaves it before its engine stops:
+             * requests in flight finish, no new one is sent there. */
+            if (sig == SIGTERM && self->opts.router && !self->drained) {
+                self->drained = true;
+                rdzv_agent_control_drain(self->control, self->opts.drain_timeout_s * 1000);
+            }
             kill(self->child, sig);
         } else {
             self->done = true;
@@ -610,7 +619,8 @@ static int s_init(s_agent_t *self)
         .join = { .group = self->opts.group, .world = self->opts.world,
                   .rank = self->opts.rank, .host = self->opts.host, .node = self->opts.node,
                   .timeout_ms = self->opts.timeout_s * 1000 },
-        .heartbeat_ms = self->opts.heartbeat_s * 1000, .first_session = self->session };
+        .heartbeat_ms = self->opts.heartbeat_s * 1000, .first_session = self->session,
+        .router = self->opts.router };
     self->control = rdzv_agent_control_new(&args, err, sizeof err);
     if (!self->control) {
         fprintf(stderr, "rdzv agent: %s\n", err);
@@ -638,6 +648,11 @@ int rdzv_agent_main(int argc, char **argv)
         return 1;
     }
     s_loop(&self);
+    /* CMD ended: rdzvd hears at once that this rank's engine no longer
+     * serves (and its router, if any, drops it), rather than serving on
+     * until --dead-after. A second is all it waits for. */
+    if (self.opts.cmd && self.child == 0 && self.opts.health_interval_s > 0 && !self.drained)
+        rdzv_agent_control_drain(self.control, S_FAREWELL_MS);
     if (self.child > 0) {
         kill(self.child, SIGTERM);
         waitpid(self.child, NULL, 0);

@@ -1,6 +1,7 @@
 #include "agent_opts.h"
 #include "agent_proto.h"
 #include "rdzv_proto.h"
+#include "router_url.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -11,7 +12,7 @@
 #include <string.h>
 
 enum { OPT_SHIM = 256, OPT_PORT_RANGE, OPT_ALLOW_UID, OPT_HEARTBEAT, OPT_RESERVE_WAIT,
-       OPT_HEALTH_PATH, OPT_HEALTH_INTERVAL };
+       OPT_HEALTH_PATH, OPT_HEALTH_INTERVAL, OPT_ROUTER, OPT_DRAIN_TIMEOUT };
 
 static const struct option s_options[] = {
     { "server", required_argument, NULL, 's' },
@@ -29,6 +30,8 @@ static const struct option s_options[] = {
     { "reserve-wait", required_argument, NULL, OPT_RESERVE_WAIT },
     { "health-path", required_argument, NULL, OPT_HEALTH_PATH },
     { "health-interval", required_argument, NULL, OPT_HEALTH_INTERVAL },
+    { "router", required_argument, NULL, OPT_ROUTER },
+    { "drain-timeout", required_argument, NULL, OPT_DRAIN_TIMEOUT },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
 };
@@ -39,7 +42,8 @@ void rdzv_agent_opts_usage(void)
            "                  [--host ADDR] [--node NAME] --socket PATH [--timeout SEC]\n"
            "                  [--heartbeat SEC] [--reserve-wait SEC] [--port-range BASE-LIMIT]\n"
            "                  [--shim PATH] [--allow-uid UID]... [--health-path PATH]\n"
-           "                  [--health-interval SEC] [-- CMD ARGS...]\n"
+           "                  [--health-interval SEC] [--router URL] [--drain-timeout SEC]\n"
+           "                  [-- CMD ARGS...]\n"
            "Joins the group, keeps this rank's ports reserved and serves them to the\n"
            "LD_PRELOAD shim over the unix socket PATH (PATH.env holds the assignment).\n"
            "A plan port left in TIME_WAIT by an earlier socket is waited for, up to\n"
@@ -51,16 +55,24 @@ void rdzv_agent_opts_usage(void)
            "(default %d; 0: never) with a GET of http://127.0.0.1:API/--health-path\n"
            "(default %s, vLLM's), API the assignment's api port; 200 is serving,\n"
            "anything else (or no answer within 2 s) is not, and the heartbeats say so.\n"
+           "--router URL names the group's router: rdzvd (started with --router-allow)\n"
+           "registers the group's serving ranks there and takes off those that stop:\n"
+           "http://HOST:PORT (vLLM's or SGLang's router) or haproxy:///PATH#BACKEND\n"
+           "(HAProxy's admin socket). On SIGTERM the agent first says its engine no\n"
+           "longer serves and waits up to --drain-timeout SEC (default %d) until the\n"
+           "router has let this rank go, then passes the signal to CMD.\n"
            "Environment: RDZV_SERVER RDZV_GROUP RDZV_WORLD RDZV_RANK RDZV_HOST RDZV_NODE\n"
            "RDZV_AGENT_SOCKET RDZV_PORT_RANGE (default %d-%d) RDZV_SHIM RDZV_HEARTBEAT\n"
-           "RDZV_RESERVE_WAIT RDZV_HEALTH_PATH RDZV_HEALTH_INTERVAL.\n"
+           "RDZV_RESERVE_WAIT RDZV_HEALTH_PATH RDZV_HEALTH_INTERVAL RDZV_ROUTER\n"
+           "RDZV_DRAIN_TIMEOUT.\n"
            "SIGTERM, SIGINT, SIGHUP and SIGQUIT go to CMD; without CMD they stop the agent.\n"
            "Exit: CMD's status (128+N for signal N), or 0 without CMD; 2 usage;\n"
            "3 first join timed out; 4 refused, or the group was deleted (heartbeat\n"
            "not_found, or a rejoin with another port plan: CMD stopped, ports released);\n"
            "1 other errors.\n",
            RDZV_AGENT_DEFAULT_RESERVE_WAIT_S, RDZV_AGENT_DEFAULT_HEALTH_INTERVAL_S,
-           RDZV_AGENT_DEFAULT_HEALTH_PATH, RDZV_DEFAULT_PORT_BASE, RDZV_DEFAULT_PORT_LIMIT);
+           RDZV_AGENT_DEFAULT_HEALTH_PATH, RDZV_AGENT_DEFAULT_DRAIN_TIMEOUT_S,
+           RDZV_DEFAULT_PORT_BASE, RDZV_DEFAULT_PORT_LIMIT);
 }
 
 static int s_parse_int(const char *text, long lo, long hi, int *out)
@@ -106,6 +118,10 @@ static void s_defaults(rdzv_agent_opts_t *o)
     if (!o->health_path || !*o->health_path)
         o->health_path = RDZV_AGENT_DEFAULT_HEALTH_PATH;
     o->health_interval_s = RDZV_AGENT_DEFAULT_HEALTH_INTERVAL_S;
+    o->router = getenv("RDZV_ROUTER");
+    if (o->router && !*o->router)
+        o->router = NULL;
+    o->drain_timeout_s = RDZV_AGENT_DEFAULT_DRAIN_TIMEOUT_S;
     o->reserve_wait_s = RDZV_AGENT_DEFAULT_RESERVE_WAIT_S;
     o->range_base = RDZV_DEFAULT_PORT_BASE;
     o->range_limit = RDZV_DEFAULT_PORT_LIMIT;
@@ -131,6 +147,8 @@ static const s_int_opt_t s_int_opts[] = {
       offsetof(rdzv_agent_opts_t, reserve_wait_s) },
     { OPT_HEALTH_INTERVAL, "--health-interval", "RDZV_HEALTH_INTERVAL", 0, 3600,
       offsetof(rdzv_agent_opts_t, health_interval_s) },
+    { OPT_DRAIN_TIMEOUT, "--drain-timeout", "RDZV_DRAIN_TIMEOUT", 0, 3600,
+      offsetof(rdzv_agent_opts_t, drain_timeout_s) },
 };
 
 static int s_set_int(rdzv_agent_opts_t *o, const s_int_opt_t *spec, const char *text,
@@ -174,6 +192,7 @@ static int s_option(rdzv_agent_opts_t *o, int c, const char *arg, char *err, siz
     case 'S': o->socket_path = arg; return 0;
     case OPT_SHIM: o->shim_path = arg; return 0;
     case OPT_HEALTH_PATH: o->health_path = arg; return 0;
+    case OPT_ROUTER: o->router = arg; return 0;
     case 'h': o->help = true; return 0;
     case OPT_PORT_RANGE:
         if (rdzv_agent_parse_range(arg, &o->range_base, &o->range_limit) == 0)
@@ -209,6 +228,13 @@ static int s_check(const rdzv_agent_opts_t *o, char *err, size_t errlen)
         || strpbrk(o->health_path, " \t\r\n#"))
         return snprintf(err, errlen, "--health-path (or RDZV_HEALTH_PATH) must be a URL path "
                         "starting with '/', without spaces or '#', not '%s'", o->health_path), -1;
+    rdzv_router_url_t url;
+    char why[400];
+    if (o->router && rdzv_router_url_parse(o->router, &url, why, sizeof why) < 0)
+        return snprintf(err, errlen, "--router (or RDZV_ROUTER): %s", why), -1;
+    if (o->router && o->health_interval_s == 0)
+        return snprintf(err, errlen, "--router needs health checks: rdzvd registers a rank "
+                        "once its engine serves (--health-interval is 0)"), -1;
     return 0;
 }
 

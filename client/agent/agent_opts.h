@@ -10,6 +10,7 @@
 #define RDZV_AGENT_DEFAULT_HEARTBEAT_S 5
 #define RDZV_AGENT_DEFAULT_HEALTH_INTERVAL_S 2
 #define RDZV_AGENT_DEFAULT_HEALTH_PATH "/health"
+#define RDZV_AGENT_DEFAULT_DRAIN_TIMEOUT_S 30
 #define RDZV_AGENT_DEFAULT_RESERVE_WAIT_S 90
 
 typedef struct {
@@ -25,6 +26,8 @@ typedef struct {
     int heartbeat_s;
     const char *health_path;   /* GET 127.0.0.1:API + this: CMD's engine serves (200) */
     int health_interval_s;     /* 0: no health checks */
+    const char *router;        /* the group's router (router_url.h), NULL for none */
+    int drain_timeout_s;       /* on SIGTERM, wait this long for the router to let go */
     int reserve_wait_s;        /* how long a plan port may stay in TIME_WAIT */
     int range_base;
     int range_limit;

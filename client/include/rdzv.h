@@ -114,6 +114,12 @@ int rdzv_client_set_replace(rdzv_client_t *self, bool replace);
  * for rdzvd at each release; `rdzv status --group G` has the roster once.
  * Returns 0 or RDZV_ERR_USAGE. */
 int rdzv_client_set_members(rdzv_client_t *self, bool members);
+/* router: the group's router, sent with each join (docs/deployment.md,
+ * "Routing"): http://HOST[:PORT][/PREFIX], https://..., or
+ * haproxy:///PATH#BACKEND; rdzvd registers the group's serving ranks there.
+ * NULL: the joins name none (the group keeps the router it has). Returns 0,
+ * or RDZV_ERR_USAGE for a malformed URL (rdzv_client_error says why). */
+int rdzv_client_set_router(rdzv_client_t *self, const char *router);
 
 /* Blocks until every rank has joined, the deadline passes or the server
  * refuses. On success *out holds a new assignment owned by the caller.

@@ -80,7 +80,7 @@ check "a group that never completes exits 3 with rdzvd's own timeout reply" \
 check "status prints a table: the forming group, 1 of 2 joined, none serving, rank 1 missing" \
     "grep -Eq '^lonely +2 +1 +- +1 +[0-9]+s +forming +1\$' $dir/table"
 check "status --group adds a line per rank: no endpoint before its plan, alive, serving unknown" \
-    "grep -Eq '^ +0 +[^ ]+ +- +yes +- +[0-9]+s ago\$' $dir/table"
+    "grep -Eq '^ +0 +[^ ]+ +- +yes +- +- +[0-9]+s ago\$' $dir/table"
 
 # A join that waits says so every 5 s, and why: the group's missing ranks,
 # or that rdzvd does not answer (a port nobody serves). Both run at once.
@@ -159,7 +159,7 @@ first=$(grep -o '"rank":0,"host":"127.0.0.1","node":"fresh-0","ports":\[[0-9]*' 
 check "status: the complete group, none of its 2 engines reported serving yet" \
     "grep -Eq '^fresh +2 +2 +0/2 +1 +[^ ]+ +complete +-\$' $dir/fresh.table"
 check "status --group: rank 0 serves its API on its host and its plan's third port" \
-    "[ -n '$first' ] && grep -Eq '^ +0 +fresh-0 +127.0.0.1:'\$(( ${first:-0} + 2 ))' +yes +- +[0-9]+s ago\$' $dir/fresh.table"
+    "[ -n '$first' ] && grep -Eq '^ +0 +fresh-0 +127.0.0.1:'\$(( ${first:-0} + 2 ))' +yes +- +- +[0-9]+s ago\$' $dir/fresh.table"
 "$RDZV" kv put --group demo --epoch 1 answer 42
 check "kv put exits 0" "[ $? = 0 ]"
 check "kv get prints the value" "[ \"\$($RDZV kv get --group demo --epoch 1 answer)\" = 42 ]"

@@ -167,7 +167,7 @@ def main():
                                capture_output=True, text=True).stdout
         api1 = g["members"][1]["ports"][0] + 2
         report.ok(re.search(r"^g +2 +2 +2/2 +1 +\S+ +serving +-$", table, re.M)
-                  and re.search(r"^ +1 +host-a +127\.0\.0\.1:%d +yes +yes +\d+s ago$" % api1,
+                  and re.search(r"^ +1 +host-a +127\.0\.0\.1:%d +yes +yes +- +\d+s ago$" % api1,
                                 table, re.M),
                   "rdzv status --group: 2/2 serving, and rank 1 on its api port %d" % api1, table)
         apis = ["127.0.0.1:%d" % (m["ports"][0] + 2) for m in g["members"]]
