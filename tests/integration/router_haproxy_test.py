@@ -1,0 +1,375 @@
+#!/usr/bin/env python3
+"""Router registration with a real HAProxy (Debian's, started here on
+loopback with an admin socket, `balance roundrobin` and an empty backend).
+Four ranks under `rdzv agent --router haproxy:///SOCK#engines`, each running
+a small HTTP engine on its plan's api port that counts the requests it
+serves. rdzvd (--router-allow) registers the four as they turn serving;
+1,137 requests through HAProxy land as 285 + 284 x 3 (+-1), and
+`rdzv status --group` shows all four registered and serving. Then:
+an engine killed is taken off within the health interval plus a
+reconcile, and every request after that succeeds on the others; an
+engine whose /health says 500 is drained and removed; a graceful stop
+(SIGTERM to the agent) leaves the router before the engine stops, with no
+request failing meanwhile; a restarted HAProxy (empty again) and a
+restarted rdzvd both converge again; a router that is down is reported in
+status and rdzv_router_errors_total and never blocks a rendezvous; and bad
+router URLs are refused at start, a router rdzvd was not allowed at the
+join. One line per check (rdzvtest). Without haproxy the test skips,
+saying so. Needs RDZVD, RDZV and RDZV_SHIM."""
+import collections
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import rdzvtest
+
+# The engine: RDZV_PORT_API (bound under the shim); /health answers what
+# HEALTH_FILE+RANK says (200 when absent), /count how many requests it
+# served, anything else is a request it serves and counts.
+ENGINE = r"""
+import http.server, os, threading
+path = os.environ["HEALTH_FILE"] + os.environ["RDZV_RANK"]
+lock, served = threading.Lock(), [0]
+class H(http.server.BaseHTTPRequestHandler):
+    def answer(self, code, body):
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        if self.path == "/health":
+            try:
+                code = int(open(path).read().strip())
+            except (OSError, ValueError):
+                code = 200
+            return self.answer(code, b"")
+        if self.path == "/count":
+            return self.answer(200, str(served[0]).encode())
+        with lock:
+            served[0] += 1
+        self.answer(200, os.environ["RDZV_RANK"].encode())
+    def log_message(self, *args):
+        pass
+s = http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["RDZV_PORT_API"])), H)
+s.daemon_threads = True
+s.serve_forever()
+"""
+
+WORLD = 4
+INTERVAL = 1          # the agents' --health-interval and rdzvd's --router-interval
+DEAD_AFTER = 4
+
+
+class Haproxy:
+    """Debian's haproxy on loopback: frontend PORT, backend engines
+    (roundrobin, no server), admin socket SOCK."""
+
+    def __init__(self, exe, workdir):
+        self.exe, self.workdir = exe, workdir
+        self.sock = os.path.join(workdir, "admin.sock")
+        self.port = rdzvtest.free_port()
+        self.cfg = os.path.join(workdir, "haproxy.cfg")
+        with open(self.cfg, "w") as f:
+            f.write("""global
+    stats socket %s mode 600 level admin
+defaults
+    mode http
+    timeout connect 1s
+    timeout client 10s
+    timeout server 10s
+    retries 0
+frontend fe
+    bind 127.0.0.1:%d
+    default_backend engines
+backend engines
+    balance roundrobin
+""" % (self.sock, self.port))
+        self.proc = None
+        self.start()
+
+    def start(self):
+        self.log = open(os.path.join(self.workdir, "haproxy.log"), "a")
+        self.proc = subprocess.Popen([self.exe, "-db", "-f", self.cfg], stdout=self.log,
+                                     stderr=self.log)
+        rdzvtest.wait_for(lambda: os.path.exists(self.sock) and self.cli("show info"),
+                          "haproxy's admin socket")
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        if os.path.exists(self.sock):
+            os.unlink(self.sock)
+
+    def cli(self, cmd):
+        try:
+            s = socket.socket(socket.AF_UNIX)
+            s.settimeout(5)
+            s.connect(self.sock)
+            s.sendall(cmd.encode() + b"\n")
+            out = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    return out.decode()
+                out += chunk
+        except OSError:
+            return ""
+        finally:
+            s.close()
+
+    def servers(self):
+        """{name: (addr, status)} of backend engines."""
+        out = {}
+        lines = self.cli("show stat engines 4 -1").splitlines()
+        if not lines or not lines[0].startswith("# "):
+            return out
+        head = lines[0][2:].split(",")
+        for line in lines[1:]:
+            f = line.split(",")
+            if len(f) >= len(head) - 1:
+                row = dict(zip(head, f))
+                out[row["svname"]] = (row["addr"], row["status"])
+        return out
+
+    def get(self, path="/generate"):
+        """One request through HAProxy: (status, body); (None, why) when it
+        failed below HTTP."""
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+            c.request("GET", path)
+            r = c.getresponse()
+            body = r.read().decode()
+            c.close()
+            return r.status, body
+        except OSError as e:
+            return None, str(e)
+
+
+def main():
+    rdzvd, rdzv, shim = os.environ["RDZVD"], os.environ["RDZV"], os.environ["RDZV_SHIM"]
+    exe = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy")
+                                      else None)
+    if not exe:
+        return rdzvtest.skip_all("haproxy is not installed (apt-get install haproxy)")
+    tmp = tempfile.TemporaryDirectory()
+    hap = Haproxy(exe, tmp.name)
+    router = "haproxy://%s#engines" % hap.sock
+    base = 27000 + os.getpid() % 40 * 64
+    http_port = rdzvtest.free_port()
+    d = rdzvtest.Rdzvd(rdzvd, tmp.name, "--no-nccl", "--port-base", str(base),
+                       "--ports-per-rank", "16", "--port-limit", str(base + 512),
+                       "--dead-after", str(DEAD_AFTER), "--http", str(http_port),
+                       "--router-allow", "haproxy://" + hap.sock,
+                       "--router-interval", str(INTERVAL), "--router-drain", "5")
+    health = os.path.join(tmp.name, "health-")
+    report = rdzvtest.Report()
+    agents = {}
+
+    def status():
+        out = subprocess.run([rdzv, "status", "--json", "--server", d.endpoint, "--group", "g"],
+                             capture_output=True, text=True, timeout=20).stdout
+        return json.loads(out)["groups"][0]
+
+    def until(pred, what, timeout=30):
+        t0 = time.monotonic()
+        got = rdzvtest.wait_for(lambda: (lambda s: s if pred(s) else None)(status()), what,
+                                timeout=timeout, step=0.1)
+        return got, time.monotonic() - t0
+
+    def agent(rank, *extra):
+        return subprocess.Popen(
+            [rdzv, "agent", "--server", d.endpoint, "--group", "g", "--world", str(WORLD),
+             "--rank", str(rank), "--host", "127.0.0.1", "--node", "host-a",
+             "--socket", os.path.join(tmp.name, "a%d.sock" % rank), "--shim", shim,
+             "--port-range", "%d-%d" % (base, base + 512), "--heartbeat", "1",
+             "--health-interval", str(INTERVAL), "--router", router, *extra,
+             "--", sys.executable, "-c", ENGINE],
+            env=dict(os.environ, HEALTH_FILE=health), stdout=subprocess.DEVNULL,
+            stderr=open(os.path.join(tmp.name, "agent%d.log" % rank), "w"), text=True)
+
+    def engine_pid(rank):
+        pids = subprocess.run(["pgrep", "-P", str(agents[rank].pid)], capture_output=True,
+                              text=True).stdout.split()
+        rdzvtest.check(pids, "rank %d's engine process" % rank)
+        return int(pids[0])
+
+    def count(api):
+        with urllib.request.urlopen("http://%s/count" % api, timeout=5) as r:
+            return int(r.read())
+
+    def name(rank):
+        return "rdzv-g-%d" % rank
+
+    try:
+        for r in range(WORLD):
+            agents[r] = agent(r)
+        g, took = until(lambda s: s.get("registered_count") == WORLD
+                        and s.get("state") == "serving", "all four registered", timeout=60)
+        apis = ["127.0.0.1:%d" % (m["ports"][0] + 2) for m in g["members"]]
+        servers = hap.servers()
+        report.ok(all(servers.get(name(r), ("", ""))[0] == apis[r] for r in range(WORLD))
+                  and all(m["registered"] for m in g["members"]) and g["router_error"] is None,
+                  "the four ranks turn serving and are registered in HAProxy's backend, each "
+                  "at its api port (%.1f s after start)" % took, (servers, g))
+        table = subprocess.run([rdzv, "status", "--server", d.endpoint, "--group", "g"],
+                               capture_output=True, text=True).stdout
+        rows = re.findall(r"^ +\d +host-a +127\.0\.0\.1:\d+ +yes +yes +yes +\d+s ago$", table,
+                          re.M)
+        report.ok(len(rows) == WORLD and ("router: %s (4 registered)" % router) in table,
+                  "rdzv status --group g: four ranks alive, serving and registered", table)
+
+        before = [count(a) for a in apis]
+        failed = [b for s, b in (hap.get() for _ in range(1137)) if s != 200]
+        served = sorted(count(a) - b for a, b in zip(apis, before))
+        report.ok(not failed and sum(served) == 1137 and served[-1] - served[0] <= 2
+                  and abs(served[-1] - 285) <= 1 and all(abs(n - 284) <= 1 for n in served[:3]),
+                  "1,137 requests through HAProxy: %s per rank (285 + 284 x 3, +-1), none failed"
+                  % " + ".join(map(str, served)), failed[:3])
+
+        metrics = rdzvtest.http_get("http://127.0.0.1:%d/metrics" % http_port)
+        report.ok('rdzv_group_ranks_registered{group="g"} 4' in metrics
+                  and 'rdzv_router_errors_total{group="g",reason="unreachable"} 0' in metrics,
+                  "/metrics: rdzv_group_ranks_registered 4, no router errors",
+                  "\n".join(l for l in metrics.splitlines() if "router" in l or "registered" in l))
+
+        # An engine killed: its agent exits saying so, the router lets it go.
+        t0 = time.monotonic()
+        os.kill(engine_pid(1), signal.SIGKILL)
+        agents[1].wait(timeout=20)
+        rdzvtest.wait_for(lambda: name(1) not in hap.servers(), "rank 1 off HAProxy",
+                          timeout=20, step=0.05)
+        took = time.monotonic() - t0
+        g = status()
+        report.ok(g["members"][1]["registered"] is False and g["registered_count"] == 3
+                  and g["state"] == "degraded" and 1 in g["not_serving"],
+                  "rank 1's engine killed: removed from HAProxy %.1f s later (health every %d s, "
+                  "reconcile every %d s); status says degraded, rank 1 not registered"
+                  % (took, INTERVAL, INTERVAL), g)
+        results = collections.Counter(hap.get() for _ in range(300))
+        report.ok(all(s == 200 for s, _ in results) and set(b for _, b in results) == {"0", "2", "3"},
+                  "the 300 requests after that all succeed, on ranks 0, 2 and 3", results)
+
+        # An engine whose health check fails: drained, then removed.
+        with open(health + "2", "w") as f:
+            f.write("500")
+        rdzvtest.wait_for(lambda: name(2) not in hap.servers(), "rank 2 off HAProxy",
+                          timeout=20, step=0.1)
+        g = status()
+        report.ok(g["members"][2]["serving"] is False and g["members"][2]["alive"] is True
+                  and g["members"][2]["registered"] is False,
+                  "rank 2's /health answers 500: drained and removed, its agent still alive", g)
+        os.unlink(health + "2")
+        g, took = until(lambda s: s["members"][2]["registered"], "rank 2 registered again")
+        report.ok(hap.servers().get(name(2), ("", ""))[0] == apis[2],
+                  "rank 2 answers 200 again: registered again (%.1f s)" % took, hap.servers())
+
+        # HAProxy restarted with its empty backend: rdzvd puts the ranks back.
+        hap.stop()
+        g, _ = until(lambda s: s.get("router_error"), "the router error in status")
+        join = subprocess.run([rdzv, "join", "--server", d.endpoint, "--group", "other",
+                               "--world", "1", "--rank", "0", "--timeout", "10"],
+                              capture_output=True, text=True, timeout=30)
+        metrics = rdzvtest.http_get("http://127.0.0.1:%d/metrics" % http_port)
+        unreachable = re.search(r'rdzv_router_errors_total\{group="g",reason="unreachable"\} (\d+)',
+                                metrics)
+        report.ok(join.returncode == 0 and unreachable and int(unreachable.group(1)) > 0
+                  and "cannot connect" in g["router_error"],
+                  "HAProxy down: status says why (%s), rdzv_router_errors_total{reason="
+                  "\"unreachable\"} counts it, and another group's join goes through"
+                  % g["router_error"], (join.stderr, unreachable and unreachable.group(0)))
+        hap.start()
+        t0 = time.monotonic()
+        rdzvtest.wait_for(lambda: all(name(r) in hap.servers() for r in (0, 2, 3)),
+                          "ranks 0, 2, 3 back in HAProxy", timeout=60, step=0.1)
+        report.ok(name(1) not in hap.servers(),
+                  "HAProxy restarted with an empty backend: ranks 0, 2 and 3 registered again "
+                  "%.1f s later (back-off after the errors), rank 1 not" % (time.monotonic() - t0),
+                  hap.servers())
+
+        # rdzvd killed and restarted: registration is soft state, found again.
+        d.restart()
+        g, took = until(lambda s: s.get("registered_count") == 3, "registrations after restart")
+        report.ok([m["registered"] for m in g["members"]] == [True, False, True, True]
+                  and g["router"] == router,
+                  "rdzvd killed and restarted: it knows the group's router from its journal and "
+                  "finds ranks 0, 2, 3 registered again (%.1f s)" % took, g)
+
+        # A graceful stop: the agent leaves the router before its engine stops.
+        stop = threading.Event()
+        during = collections.Counter()
+
+        def load():
+            while not stop.is_set():
+                during[hap.get()[0]] += 1
+        threads = [threading.Thread(target=load) for _ in range(2)]
+        for t in threads:
+            t.start()
+        t0 = time.monotonic()
+        agents[3].send_signal(signal.SIGTERM)
+        code = agents[3].wait(timeout=40)
+        took = time.monotonic() - t0
+        stop.set()
+        for t in threads:
+            t.join()
+        log = open(os.path.join(tmp.name, "agent3.log")).read()
+        report.ok(name(3) not in hap.servers() and "the router let this rank go" in log
+                  and set(during) == {200} and sum(during.values()) > 20,
+                  "SIGTERM to rank 3's agent: it leaves HAProxy first, then stops its engine "
+                  "(%.1f s, exit %d); %d requests meanwhile, all answered 200"
+                  % (took, code, sum(during.values())), (during, log[-600:]))
+    except rdzvtest.Fail as e:
+        report.ok(False, str(e))
+    finally:
+        for a in agents.values():
+            if a.poll() is None:
+                a.kill()
+                a.wait()
+        d.stop()
+        hap.stop()
+
+    # Bad input, each refused with a clear error and nothing recorded.
+    bad = [("haproxy://x.sock#b", "must name the socket's absolute path"),
+           ("haproxy:///x.sock", "must name the backend"),
+           ("ftp://host/x", "unknown scheme"),
+           ("http://host:99999", "port outside"),
+           ("http://host/x?y=1", "no query")]
+    for url, why in bad:
+        p = subprocess.run([rdzv, "agent", "--server", "127.0.0.1:1", "--group", "g",
+                            "--world", "1", "--rank", "0", "--socket",
+                            os.path.join(tmp.name, "bad.sock"), "--router", url],
+                           capture_output=True, text=True, timeout=20)
+        report.ok(p.returncode == 2 and why in p.stderr,
+                  "rdzv agent --router %s: usage error (exit 2), %s" % (url, why), p.stderr)
+    os.mkdir(os.path.join(tmp.name, "d2"))
+    d2 = rdzvtest.Rdzvd(rdzvd, os.path.join(tmp.name, "d2"), "--no-nccl", "--router-allow",
+                        "haproxy:///allowed.sock")
+    try:
+        p = subprocess.run([rdzv, "agent", "--server", d2.endpoint, "--group", "h",
+                            "--world", "1", "--rank", "0", "--socket",
+                            os.path.join(tmp.name, "h.sock"), "--timeout", "10",
+                            "--router", "haproxy:///other.sock#b"],
+                           capture_output=True, text=True, timeout=30)
+        st = json.loads(subprocess.run([rdzv, "status", "--json", "--server", d2.endpoint],
+                                       capture_output=True, text=True).stdout)
+        report.ok(p.returncode == 4 and "--router-allow" in p.stderr and st["groups"] == [],
+                  "a join naming a router rdzvd was not allowed: refused (exit 4), no group "
+                  "made", (p.returncode, p.stderr[-300:], st))
+    finally:
+        d2.stop()
+    return report.done()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
