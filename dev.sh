@@ -10,7 +10,7 @@ PACKAGES="gcc meson ninja-build pkg-config libczmq-dev libzmq3-dev libcjson-dev
 check zlib1g-dev python3 python3-zmq python3-venv python3-setuptools-whl python3-wheel-whl iproute2 procps util-linux libmicrohttpd-dev python3-yaml scdoc
 clang libclang-rt-14-dev valgrind
 libcurl4-openssl-dev etcd-server etcd-client curl
-prometheus"
+prometheus haproxy"
 
 as_root() {
     if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
