@@ -20,6 +20,7 @@
 #define S_IO_TIMEOUT_S 3
 #define S_ANSWER_MAX (8 << 20)
 #define S_NAME_MAX 128
+#define S_COLUMNS_MAX 512        /* show stat has about 100 in HAProxy 2.6 */
 
 /* A growing text buffer; the commands of one pass. */
 typedef struct {
@@ -143,9 +144,9 @@ static int s_column(char *header, const char *name)
     return -1;
 }
 
-/* The n-th comma-separated field of line (empty fields count), NUL-cut in
- * place. */
-static char *s_field(char *line, int n, char **fields, int max)
+/* Cuts line at its commas into fields (empty ones count), at most max;
+ * how many. */
+static int s_fields(char *line, char **fields, int max)
 {
     int k = 0;
     fields[k++] = line;
@@ -154,7 +155,7 @@ static char *s_field(char *line, int n, char **fields, int max)
             *p = '\0';
             fields[k++] = p + 1;
         }
-    return n < k ? fields[n] : NULL;
+    return k;
 }
 
 /* The group's servers in answer (show stat's CSV), at most max; -1 when
@@ -195,18 +196,22 @@ static int s_parse_stat(rdzv_router_sync_t *s, char *answer, const char *prefix,
         next = strchr(line, '\n');
         if (next)
             *next++ = '\0';
-        char *fields[256];
-        char *name = s_field(line, cols[0], fields, 256);
-        char *end = NULL;
-        if (!name || strncmp(name, prefix, plen) != 0 || !name[plen])
+        char *fields[S_COLUMNS_MAX];
+        int nfields = s_fields(line, fields, S_COLUMNS_MAX), need = 0;
+        for (int i = 0; i < 5; i++)
+            need = cols[i] > need ? cols[i] : need;
+        if (nfields <= need)
+            continue;
+        char *name = fields[cols[0]], *end = NULL;
+        if (strncmp(name, prefix, plen) != 0 || !name[plen])
             continue;
         long rank = strtol(name + plen, &end, 10);
         if (*end || rank < 0 || rank > 1 << 24)
             continue;
-        const char *status = cols[2] < 256 && fields[cols[2]] ? fields[cols[2]] : "-";
+        const char *status = fields[cols[2]];
         s_server_t *v = &out[n++];
         v->rank = (int) rank;
-        snprintf(v->addr, sizeof v->addr, "%s", fields[cols[4]] ? fields[cols[4]] : "");
+        snprintf(v->addr, sizeof v->addr, "%s", fields[cols[4]]);
         v->maint = strstr(status, "MAINT") == status;
         v->drain = strstr(status, "DRAIN") == status || strstr(status, "NOLB") != NULL;
         v->scur = strtol(fields[cols[1]], NULL, 10);
