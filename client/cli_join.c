@@ -44,6 +44,8 @@ static const char s_usage[] =
     "                    holding it) is retried\n"
     "  --members         put every rank's host and node in the assignment\n"
     "                    (RDZV_MEMBERS=1; O(world) per rank, so off by default)\n"
+    "  --router URL      the group's router, where rdzvd registers its serving\n"
+    "                    ranks (RDZV_ROUTER; docs/deployment.md, \"Routing\")\n"
     "  --replace         take the rank even from a live session on another\n"
     "                    node (one known to be gone, or a deliberate takeover)\n"
     "  --format FMT     json (one JSON line, the default), env (KEY=VALUE lines that a\n"
@@ -68,10 +70,11 @@ typedef struct {
     const char *server, *group, *world, *rank, *host, *node;
     const char *timeout, *format, *nccl_id, *nccl_ids;
     bool help, replace, members;
+    const char *router;
 } s_flags_t;
 
 enum { S_SERVER = 256, S_GROUP, S_WORLD, S_RANK, S_HOST, S_NODE, S_TIMEOUT,
-       S_FORMAT, S_NCCL, S_NCCL_IDS, S_REPLACE, S_MEMBERS };
+       S_FORMAT, S_NCCL, S_NCCL_IDS, S_REPLACE, S_MEMBERS, S_ROUTER };
 
 static const struct option s_options[] = {
     { "server", required_argument, NULL, S_SERVER },
@@ -86,6 +89,7 @@ static const struct option s_options[] = {
     { "nccl-ids", required_argument, NULL, S_NCCL_IDS },
     { "replace", no_argument, NULL, S_REPLACE },
     { "members", no_argument, NULL, S_MEMBERS },
+    { "router", required_argument, NULL, S_ROUTER },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
 };
@@ -105,6 +109,7 @@ static void s_store(s_flags_t *f, int c, const char *arg)
     case S_NCCL_IDS: f->nccl_ids = arg; break;
     case S_REPLACE: f->replace = true; break;
     case S_MEMBERS: f->members = true; break;
+    case S_ROUTER: f->router = arg; break;
     default: f->help = true; break;
     }
 }
@@ -324,6 +329,13 @@ int cli_join_main(int argc, char **argv)
     rdzv_client_set_replace(client, f.replace);
     if (f.members)
         rdzv_client_set_members(client, true);
+    const char *router = f.router ? f.router : getenv("RDZV_ROUTER");
+    if (router && *router && rdzv_client_set_router(client, router) != RDZV_OK) {
+        fprintf(stderr, "rdzv %s: --router (or RDZV_ROUTER): %s\n", S_CMD,
+                rdzv_client_error(client));
+        rdzv_client_destroy(&client);
+        return CLI_EXIT_USAGE;
+    }
     rdzv_assignment_t *asg = NULL;
     cli_progress_t *progress = cli_progress_start(S_CMD, f.server, args.group,
                                                   args.timeout_ms);

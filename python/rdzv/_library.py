@@ -42,6 +42,7 @@ SIGNATURES = {
     "rdzv_client_set_request_timeout": (ctypes.c_int, [_c, ctypes.c_int]),
     "rdzv_client_set_replace": (ctypes.c_int, [_c, ctypes.c_bool]),
     "rdzv_client_set_members": (ctypes.c_int, [_c, ctypes.c_bool]),
+    "rdzv_client_set_router": (ctypes.c_int, [_c, ctypes.c_char_p]),
     "rdzv_join": (ctypes.c_int, [_c, ctypes.POINTER(JoinArgs), ctypes.POINTER(_c)]),
     "rdzv_heartbeat": (ctypes.c_int, [_c, ctypes.c_char_p, ctypes.c_int, ctypes.c_int64,
                                       ctypes.POINTER(ctypes.c_int64)]),

@@ -29,6 +29,8 @@ class Client:
     fresh one, what a new process should use; pass an old one to resume.
     members: ask for every rank's host and node in assignments. replace:
     joins take their rank from a live holder (a process known to be gone).
+    router: the group's router URL, sent with each join (rdzvd registers
+    the group's serving ranks there; docs/deployment.md, "Routing").
     request_timeout: seconds for status, KV, heartbeat and delete requests.
     library: librdzv's path (default: see rdzv._library). CURVE keys and
     group tokens come from RDZV_CURVE_SERVER_PUBLIC, RDZV_CURVE_SECRET and
@@ -36,6 +38,7 @@ class Client:
 
     def __init__(self, endpoint: str = "tcp://127.0.0.1:29400", *,
                  session: Optional[str] = None, members: bool = False, replace: bool = False,
+                 router: Optional[str] = None,
                  request_timeout: Optional[float] = None, library: Optional[str] = None):
         self._lib = _library.load(library)
         self.endpoint = endpoint
@@ -49,6 +52,8 @@ class Client:
             self._check(self._lib.rdzv_client_set_members(self._handle, True))
         if replace:
             self._check(self._lib.rdzv_client_set_replace(self._handle, True))
+        if router:
+            self._check(self._lib.rdzv_client_set_router(self._handle, _b(router)))
         if request_timeout is not None:
             self._check(self._lib.rdzv_client_set_request_timeout(
                 self._handle, int(request_timeout * 1000)))
