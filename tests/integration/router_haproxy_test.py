@@ -257,6 +257,12 @@ def main():
                   "rank 1's engine killed: removed from HAProxy %.1f s later (health every %d s, "
                   "reconcile every %d s); status says degraded, rank 1 not registered"
                   % (took, INTERVAL, INTERVAL), g)
+        table = subprocess.run([rdzv, "status", "--server", d.endpoint, "--group", "g"],
+                               capture_output=True, text=True).stdout
+        report.ok(re.search(r"^ +1 +host-a +\S+ +(yes|no) +no +no +\d+s ago$", table, re.M)
+                  and "(3 registered)" in table,
+                  "... and rdzv status --group g says rank 1 serves no more and is not "
+                  "registered", table)
         results = collections.Counter(hap.get() for _ in range(300))
         report.ok(all(s == 200 for s, _ in results) and set(b for _, b in results) == {"0", "2", "3"},
                   "the 300 requests after that all succeed, on ranks 0, 2 and 3", results)
@@ -352,6 +358,11 @@ def main():
                            capture_output=True, text=True, timeout=20)
         report.ok(p.returncode == 2 and why in p.stderr,
                   "rdzv agent --router %s: usage error (exit 2), %s" % (url, why), p.stderr)
+    p = subprocess.run([rdzv, "join", "--server", "127.0.0.1:1", "--group", "g", "--world", "1",
+                        "--rank", "0", "--router", "gopher://x"], capture_output=True,
+                       text=True, timeout=20)
+    report.ok(p.returncode == 2 and "unknown scheme" in p.stderr,
+              "rdzv join --router gopher://x: usage error (exit 2) before any request", p.stderr)
     os.mkdir(os.path.join(tmp.name, "d2"))
     d2 = rdzvtest.Rdzvd(rdzvd, os.path.join(tmp.name, "d2"), "--no-nccl", "--router-allow",
                         "haproxy:///allowed.sock")

@@ -2,9 +2,9 @@
 """From "assigned" to "serving": two ranks under `rdzv agent` on one node
 (so that their plans, and their api ports, differ), each running
 a small HTTP engine under the shim on its plan's api port, whose /health
-answers what a file says (200, 500, or a hang). rdzvd's status follows
+answers what a file says (200, 500, a hang, or a closed connection). rdzvd's status follows
 what the agents' health checks see: serving once both answer, degraded
-naming the rank whose engine stops answering (500, or a hang: never a
+naming the rank whose engine stops answering (500, a hang or a close: never a
 stuck agent, whose heartbeats go on), serving again, and degraded with the
 rank dead once its engine exits; `rdzv status --group` and /metrics say
 the same, and so do the HTTP documents for routers and monitoring:
@@ -29,7 +29,7 @@ import rdzvtest
 # The engine: an HTTP server on RDZV_PORT_API (bound under the shim, which
 # takes the port from the agent); /health answers what HEALTH_FILE says.
 ENGINE = r"""
-import http.server, os, time
+import http.server, os, socket, time
 path = os.environ["HEALTH_FILE"] + os.environ["RDZV_RANK"]
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
@@ -39,6 +39,10 @@ class H(http.server.BaseHTTPRequestHandler):
             what = "200"
         if what == "hang":
             time.sleep(30)
+            return
+        if what == "close":                     # the connection ends, no answer
+            self.connection.shutdown(socket.SHUT_RDWR)
+            self.close_connection = True
             return
         self.send_response(int(what))
         self.send_header("Content-Length", "0")
@@ -216,6 +220,14 @@ def main():
         say(1, "200")
         g, took = until(lambda s: s.get("state") == "serving", "rank 1 serving again")
         report.ok(g["serving_count"] == 2, "rank 1 answers again: serving (%.1f s)" % took, g)
+
+        say(1, "close")
+        g, took = until(lambda s: s.get("state") == "degraded", "rank 1 closing")
+        report.ok(g["not_serving"] == [1] and g["members"][1]["alive"] is True,
+                  "rank 1's /health closes the connection unanswered: not serving (%.1f s), "
+                  "its agent alive" % took, g)
+        say(1, "200")
+        until(lambda s: s.get("state") == "serving", "rank 1 serving after the closes")
 
         metrics = get("/metrics")[1]
         report.ok('rdzv_group_ranks_live{group="g"} 2' in metrics
