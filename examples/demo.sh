@@ -31,8 +31,8 @@ for rank in 0 1 2 3; do
     printf 'rank %s of %s  epoch %s  master %s:%s  ports %s  VLLM_PORT=%s  nccl id %.16s...\n' \
         "$RDZV_RANK" "$RDZV_WORLD" "$RDZV_EPOCH" "$RDZV_MASTER_ADDR" "$RDZV_MASTER_PORT" \
         "$ports" "$VLLM_PORT" "$id"
-    printf '    store %s  dp_rpc %s  probe %s  LOCAL_RANK %s of %s  GROUP_RANK %s of %s\n' \
-        "$RDZV_PORT_STORE" "$RDZV_PORT_DP_RPC" "$RDZV_PORT_PROBE" "$LOCAL_RANK" \
+    printf '    store %s  dp_rpc %s  api %s  probe %s  LOCAL_RANK %s of %s  GROUP_RANK %s of %s\n' \
+        "$RDZV_PORT_STORE" "$RDZV_PORT_DP_RPC" "$RDZV_PORT_API" "$RDZV_PORT_PROBE" "$LOCAL_RANK" \
         "$LOCAL_WORLD_SIZE" "$GROUP_RANK" "$GROUP_WORLD_SIZE"
     printf '    vllm serve MODEL %s\n' "$RDZV_VLLM_ARGS"
 done
