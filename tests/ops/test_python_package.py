@@ -41,7 +41,8 @@ def case(fn):
 class Server(rdzvtest.Rdzvd):
     def __init__(self):
         self.tmp = tempfile.TemporaryDirectory()
-        super().__init__(ARGS.rdzvd, self.tmp.name, "--no-nccl", "--no-fsync")
+        super().__init__(ARGS.rdzvd, self.tmp.name, "--no-nccl", "--no-fsync",
+                         "--router-allow", "http://127.0.0.1:9")
 
     def close(self):
         self.stop()
@@ -95,6 +96,19 @@ def two_ranks_join_from_threads(srv):
                             "--data-parallel-rpc-port", str(a0.ports[1]),
                             "--port", str(a1.ports[2])], a1.vllm_args
     assert '"rank":1' in a1.json
+
+
+@case
+def router_names_the_groups_router(srv):
+    try:
+        rdzv.Client(srv.endpoint, router="ftp://x")
+        raise AssertionError("a malformed router URL was taken")
+    except rdzv.UsageError as e:
+        assert "unknown scheme" in str(e), e
+    with rdzv.Client(srv.endpoint, router="http://127.0.0.1:9") as c:
+        c.join("routed", 1, 0, timeout=20)
+        status = c.status("routed")
+    assert status[0]["router"] == "http://127.0.0.1:9", status
 
 
 @case
