@@ -46,6 +46,8 @@ SIGNATURES = {
     "rdzv_join": (ctypes.c_int, [_c, ctypes.POINTER(JoinArgs), ctypes.POINTER(_c)]),
     "rdzv_heartbeat": (ctypes.c_int, [_c, ctypes.c_char_p, ctypes.c_int, ctypes.c_int64,
                                       ctypes.POINTER(ctypes.c_int64)]),
+    "rdzv_heartbeat_serving": (ctypes.c_int, [_c, ctypes.c_char_p, ctypes.c_int, ctypes.c_int64,
+                                              ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]),
     "rdzv_kv_put": (ctypes.c_int, [_c, ctypes.c_char_p, ctypes.c_int64, ctypes.c_char_p,
                                    ctypes.c_char_p]),
     "rdzv_kv_get": (ctypes.c_int, [_c, ctypes.c_char_p, ctypes.c_int64, ctypes.c_char_p,

@@ -103,12 +103,16 @@ class Client:
         finally:
             self._lib.rdzv_assignment_destroy(ctypes.byref(out))
 
-    def heartbeat(self, group: str, rank: int, epoch: int) -> int:
-        """Tells rdzvd the rank is alive; the group's current epoch. Refused
-        with code "stale_epoch" once the group has moved past epoch."""
+    def heartbeat(self, group: str, rank: int, epoch: int,
+                  serving: Optional[bool] = None) -> int:
+        """Tells rdzvd the rank is alive, and with serving whether its
+        engine answers its health check (None: says nothing); the group's
+        current epoch. Refused with code "stale_epoch" once the group has
+        moved past epoch."""
         current = ctypes.c_int64()
-        self._check(self._lib.rdzv_heartbeat(self._h(), _b(group), rank, epoch,
-                                             ctypes.byref(current)))
+        flag = -1 if serving is None else int(bool(serving))
+        self._check(self._lib.rdzv_heartbeat_serving(self._h(), _b(group), rank, epoch, flag,
+                                                     ctypes.byref(current)))
         return current.value
 
     def kv_put(self, group: str, epoch: int, key: str, value: str) -> None:

@@ -182,6 +182,11 @@ def heartbeat_and_stale_epoch(srv):
             rdzv.Client(srv.endpoint) as c1_new:
         a0, _ = join_threads([(c0, ("hb", 2, 0)), (c1, ("hb", 2, 1))])
         assert c0.heartbeat("hb", 0, a0.epoch) == a0.epoch
+        assert c0.heartbeat("hb", 0, a0.epoch, serving=True) == a0.epoch
+        c1.heartbeat("hb", 1, a0.epoch, serving=False)
+        g = c0.status("hb")[0]
+        assert [m["serving"] for m in g["members"]] == [True, False], g
+        assert g["state"] == "complete" and g["not_serving"] == [1], g
         # Rank 1 comes back as a new process (new session): epoch 2 forms.
         box = {}
         t = threading.Thread(target=lambda: box.update(a=c1_new.join("hb", 2, 1, timeout=20)))
