@@ -10,6 +10,11 @@
 cJSON *rdzv_core_routed_json(rdzv_core_t *self, int64_t now_ms)
 {
     pthread_mutex_lock(&self->lock);
+    /* A rank's --dead-after counts from the load until it is heard from
+     * (state.h): from the first request, or from this first look, which
+     * may come before any request after a restart or a takeover. */
+    if (now_ms > 0 && !self->state.loaded_ms)
+        self->state.loaded_ms = now_ms;
     cJSON *groups = rdzv_state_routed(&self->state, now_ms);
     pthread_mutex_unlock(&self->lock);
     return groups;

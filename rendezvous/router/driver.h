@@ -21,6 +21,10 @@ typedef struct {
     char addr[RDZV_ROUTER_ADDR_MAX];   /* HOST:PORT of its API, [HOST]:PORT for IPv6 */
     bool want;                   /* alive and serving: the router should send it requests */
     bool alive;                  /* its agent is heard from: drained first, not cut off */
+    /* Alive, but rdzvd has no word on its engine yet: a restarted or newly
+     * leading rdzvd before the rank's next heartbeat. Its registration is
+     * left as the router has it, neither added nor taken off. */
+    bool keep;
 } rdzv_router_member_t;
 
 typedef struct {

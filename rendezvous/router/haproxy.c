@@ -264,7 +264,7 @@ static void s_plan(const rdzv_router_sync_t *s, const char *prefix, const s_serv
     }
     for (int k = 0; k < n; k++) {
         const rdzv_router_member_t *m = s_member(s, v[k].rank);
-        if (m && m->want)
+        if (m && (m->want || m->keep))
             continue;
         bool alive = m && m->alive;
         if (!v[k].drain && !v[k].maint && alive)
@@ -314,8 +314,11 @@ int rdzv_router_haproxy_sync(rdzv_router_sync_t *s)
     s->nregistered = s->ndraining = 0;
     for (int k = 0; rc == 0 && k < n; k++) {
         const rdzv_router_member_t *m = s_member(s, v[k].rank);
-        if (m && m->want && !v[k].drain && !v[k].maint && strcmp(v[k].addr, m->addr) == 0)
+        bool ready = !v[k].drain && !v[k].maint && m && strcmp(v[k].addr, m->addr) == 0;
+        if (m && (m->want || m->keep) && ready)
             s->registered[s->nregistered++] = v[k].rank;
+        else if (m && m->keep)
+            continue;
         else if (m && !m->want && s->ndraining < s->nmembers)
             s->draining[s->ndraining++] = v[k].rank;
         else if (m && m->want && rc == 0)

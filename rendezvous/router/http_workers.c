@@ -171,12 +171,18 @@ static void s_disown(rdzv_router_sync_t *s, const char *url)
     }
 }
 
+/* The worker URL of member m. */
+static void s_url(const rdzv_router_member_t *m, char *out, size_t len)
+{
+    snprintf(out, len, "http://%s", m->addr);
+}
+
 /* Whether url is one of the group's: a rank's endpoint, or one added for it. */
 static bool s_ours(const rdzv_router_sync_t *s, const char *url)
 {
     for (int i = 0; i < s->nmembers; i++) {
         char mine[RDZV_ROUTER_ADDR_MAX + 8];
-        snprintf(mine, sizeof mine, "http://%s", s->members[i].addr);
+        s_url(&s->members[i], mine, sizeof mine);
         if (strcmp(mine, url) == 0)
             return true;
     }
@@ -191,16 +197,17 @@ int rdzv_router_http_sync(rdzv_router_sync_t *s)
     cJSON *doc = NULL;
     const cJSON *urls = s_list(s, curl, &doc);
     int rc = urls ? 0 : -1;
-    /* Off first: a rank's old endpoint leaves before its new one comes. */
+    /* Off first: a rank's old endpoint leaves before its new one comes. A
+     * rank rdzvd has no word on yet (keep) stays as the router has it. */
     const cJSON *u;
     cJSON_ArrayForEach(u, urls) {
-        bool wanted = false;
-        for (int i = 0; i < s->nmembers && !wanted; i++) {
+        bool stays = false;
+        for (int i = 0; i < s->nmembers && !stays; i++) {
             char mine[RDZV_ROUTER_ADDR_MAX + 8];
-            snprintf(mine, sizeof mine, "http://%s", s->members[i].addr);
-            wanted = s->members[i].want && strcmp(mine, u->valuestring) == 0;
+            s_url(&s->members[i], mine, sizeof mine);
+            stays = (s->members[i].want || s->members[i].keep) && strcmp(mine, u->valuestring) == 0;
         }
-        if (!wanted && s_ours(s, u->valuestring)) {
+        if (!stays && s_ours(s, u->valuestring)) {
             if (s_call(s, curl, true, "/remove_worker", u->valuestring, S_TIMEOUT_MS, NULL) < 0)
                 rc = -1;
             else
@@ -209,18 +216,20 @@ int rdzv_router_http_sync(rdzv_router_sync_t *s)
     }
     s->nregistered = 0;
     for (int i = 0; urls && i < s->nmembers; i++) {
+        const rdzv_router_member_t *m = &s->members[i];
         char mine[RDZV_ROUTER_ADDR_MAX + 8];
-        snprintf(mine, sizeof mine, "http://%s", s->members[i].addr);
-        if (!s->members[i].want)
-            continue;
-        if (!s_listed(urls, mine)) {
+        s_url(m, mine, sizeof mine);
+        bool listed = s_listed(urls, mine);
+        if (m->want && !listed) {
             if (s_call(s, curl, true, "/add_worker", mine, S_ADD_TIMEOUT_MS, NULL) < 0) {
                 rc = -1;
                 continue;
             }
             s_own(s, mine);
+            listed = true;
         }
-        s->registered[s->nregistered++] = s->members[i].rank;
+        if ((m->want || m->keep) && listed)
+            s->registered[s->nregistered++] = m->rank;
     }
     cJSON_Delete(doc);
     curl_easy_cleanup(curl);

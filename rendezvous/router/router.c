@@ -71,7 +71,9 @@ static int s_members(const cJSON *status, rdzv_router_member_t *out, int max)
         snprintf(r->addr, sizeof r->addr, strchr(host->valuestring, ':') ? "[%s]:%d" : "%s:%d",
                  host->valuestring, ports->child->valueint + RDZV_ROLE_API);
         r->alive = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "alive"));
-        r->want = r->alive && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "serving"));
+        const cJSON *serving = cJSON_GetObjectItemCaseSensitive(m, "serving");
+        r->want = r->alive && cJSON_IsTrue(serving);
+        r->keep = r->alive && cJSON_IsNull(serving);
     }
     return n;
 }
