@@ -17,13 +17,11 @@ router URLs are refused at start, a router rdzvd was not allowed at the
 join. One line per check (rdzvtest). Without haproxy the test skips,
 saying so. Needs RDZVD, RDZV and RDZV_SHIM."""
 import collections
-import http.client
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +31,7 @@ import urllib.error
 import urllib.request
 
 import rdzvtest
+from haproxy_router import Haproxy
 
 # The engine: RDZV_PORT_API (bound under the shim); /health answers what
 # HEALTH_FILE+RANK says (200 when absent), /count how many requests it
@@ -69,92 +68,6 @@ s.serve_forever()
 WORLD = 4
 INTERVAL = 1          # the agents' --health-interval and rdzvd's --router-interval
 DEAD_AFTER = 4
-
-
-class Haproxy:
-    """Debian's haproxy on loopback: frontend PORT, backend engines
-    (roundrobin, no server), admin socket SOCK."""
-
-    def __init__(self, exe, workdir):
-        self.exe, self.workdir = exe, workdir
-        self.sock = os.path.join(workdir, "admin.sock")
-        self.port = rdzvtest.free_port()
-        self.cfg = os.path.join(workdir, "haproxy.cfg")
-        with open(self.cfg, "w") as f:
-            f.write("""global
-    stats socket %s mode 600 level admin
-defaults
-    mode http
-    timeout connect 1s
-    timeout client 10s
-    timeout server 10s
-    retries 0
-frontend fe
-    bind 127.0.0.1:%d
-    default_backend engines
-backend engines
-    balance roundrobin
-""" % (self.sock, self.port))
-        self.proc = None
-        self.start()
-
-    def start(self):
-        self.log = open(os.path.join(self.workdir, "haproxy.log"), "a")
-        self.proc = subprocess.Popen([self.exe, "-db", "-f", self.cfg], stdout=self.log,
-                                     stderr=self.log)
-        rdzvtest.wait_for(lambda: os.path.exists(self.sock) and self.cli("show info"),
-                          "haproxy's admin socket")
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=10)
-        if os.path.exists(self.sock):
-            os.unlink(self.sock)
-
-    def cli(self, cmd):
-        try:
-            s = socket.socket(socket.AF_UNIX)
-            s.settimeout(5)
-            s.connect(self.sock)
-            s.sendall(cmd.encode() + b"\n")
-            out = b""
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    return out.decode()
-                out += chunk
-        except OSError:
-            return ""
-        finally:
-            s.close()
-
-    def servers(self):
-        """{name: (addr, status)} of backend engines."""
-        out = {}
-        lines = self.cli("show stat engines 4 -1").splitlines()
-        if not lines or not lines[0].startswith("# "):
-            return out
-        head = lines[0][2:].split(",")
-        for line in lines[1:]:
-            f = line.split(",")
-            if len(f) >= len(head) - 1:
-                row = dict(zip(head, f))
-                out[row["svname"]] = (row["addr"], row["status"])
-        return out
-
-    def get(self, path="/generate"):
-        """One request through HAProxy: (status, body); (None, why) when it
-        failed below HTTP."""
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-            c.request("GET", path)
-            r = c.getresponse()
-            body = r.read().decode()
-            c.close()
-            return r.status, body
-        except OSError as e:
-            return None, str(e)
 
 
 def main():
@@ -194,7 +107,8 @@ def main():
              "--rank", str(rank), "--host", "127.0.0.1", "--node", "host-a",
              "--socket", os.path.join(tmp.name, "a%d.sock" % rank), "--shim", shim,
              "--port-range", "%d-%d" % (base, base + 512), "--heartbeat", "1",
-             "--health-interval", str(INTERVAL), "--router", router, *extra,
+             "--health-interval", str(INTERVAL), "--router", router, "--drain-timeout", "5",
+             *extra,
              "--", sys.executable, "-c", ENGINE],
             env=dict(os.environ, HEALTH_FILE=health), stdout=subprocess.DEVNULL,
             stderr=open(os.path.join(tmp.name, "agent%d.log" % rank), "w"), text=True)
@@ -305,12 +219,26 @@ def main():
                   hap.servers())
 
         # rdzvd killed and restarted: registration is soft state, found again.
+        watching, seen = threading.Event(), []
+
+        def watch():
+            while not watching.is_set():
+                seen.append(sorted(hap.servers()))
+                time.sleep(0.05)
+        watcher = threading.Thread(target=watch)
+        watcher.start()
         d.restart()
         g, took = until(lambda s: s.get("registered_count") == 3, "registrations after restart")
+        time.sleep(2 * INTERVAL)
+        watching.set()
+        watcher.join()
+        kept = [name(r) for r in (0, 2, 3)]
         report.ok([m["registered"] for m in g["members"]] == [True, False, True, True]
-                  and g["router"] == router,
-                  "rdzvd killed and restarted: it knows the group's router from its journal and "
-                  "finds ranks 0, 2, 3 registered again (%.1f s)" % took, g)
+                  and g["router"] == router and all(s == kept for s in seen),
+                  "rdzvd killed and restarted: it knows the group's router from its journal, "
+                  "finds ranks 0, 2, 3 registered again (%.1f s), and never took them off "
+                  "meanwhile (%d looks at HAProxy)" % (took, len(seen)),
+                  (g, [s for s in seen if s != kept][:3]))
 
         # A graceful stop: the agent leaves the router before its engine stops.
         stop = threading.Event()
@@ -336,12 +264,14 @@ def main():
                   "(%.1f s, exit %d); %d requests meanwhile, all answered 200"
                   % (took, code, sum(during.values())), (during, log[-600:]))
     except rdzvtest.Fail as e:
-        report.ok(False, str(e))
+        logs = "".join(open(os.path.join(tmp.name, f)).read()[-300:] for f in
+                       sorted(os.listdir(tmp.name)) if f.startswith("agent"))
+        report.ok(False, str(e), "status: %s\nagents: %s\nrdzvd: %s" % (
+            subprocess.run([rdzv, "status", "--server", d.endpoint, "--group", "g"],
+                           capture_output=True, text=True).stdout, logs, d.log()[-1500:]))
     finally:
         for a in agents.values():
-            if a.poll() is None:
-                a.kill()
-                a.wait()
+            rdzvtest.stop_agent(a)
         d.stop()
         hap.stop()
 

@@ -141,7 +141,7 @@ def main():
                  "--rank", str(r), "--host", "127.0.0.1", "--node", "host-a",
                  "--socket", os.path.join(tmp.name, "a%d.sock" % r), "--shim", shim,
                  "--port-range", "%d-%d" % (base, base + 512), "--heartbeat", "1",
-                 "--health-interval", str(INTERVAL), "--router", url,
+                 "--health-interval", str(INTERVAL), "--router", url, "--drain-timeout", "5",
                  "--", sys.executable, "-c", ENGINE],
                 env=dict(os.environ, HEALTH_FILE=os.path.join(tmp.name, "health-")),
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
@@ -196,9 +196,7 @@ def main():
         report.ok(False, str(e))
     finally:
         for a in agents:
-            if a.poll() is None:
-                a.kill()
-                a.wait()
+            rdzvtest.stop_agent(a)
         d.stop()
         try:
             router.down()

@@ -212,6 +212,26 @@ def http_status(url, token=None, timeout=2):
         return 0
 
 
+def stop_agent(proc, timeout=20):
+    """Stops an `rdzv agent` and the CMD it runs: SIGTERM (the agent passes
+    it on), then SIGKILL to both after timeout. An agent killed outright
+    would leave its engine running, holding the ports of the next test."""
+    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                              text=True).stdout.split()
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for pid in children:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
 class Rdzvd:
     """One real rdzvd, its state, log and endpoint file in workdir. It binds
     bind (default an ephemeral loopback port) and starts at once unless
