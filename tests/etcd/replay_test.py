@@ -18,9 +18,11 @@ import rdzvtest
 from replicas import RDZVD, Replica, skipped, rdzv, spawn_join
 
 # Fields that say how the process is now, not what was recorded: the
-# clock's, and the serving state the heartbeats make (soft, never journaled).
+# clock's, the serving state the heartbeats make and what the router holds
+# (soft, never journaled).
 VOLATILE = {"age_s", "alive", "nccl_root", "seen_s", "last_seen_s", "serving", "state",
-            "live_count", "serving_count", "not_serving"}
+            "live_count", "serving_count", "not_serving", "registered", "draining",
+            "router_error", "registered_count"}
 
 
 def joins(server, group, world, ranks, timeout=30):
