@@ -393,8 +393,9 @@ START_TEST(test_metrics_well_formed)
         ck_assert_msg(found, "sample %s has no # TYPE before it", name);
     }
     /* Every family rdzvd documents (rdzvd.8), the three dropped-reply reasons
-     * and the two dropped-peer ones among the samples, and the group's own. */
-    ck_assert_int_eq(ntyped, 29);
+     * and the two dropped-peer ones among the samples, and the group's own
+     * (the two router families typed even with no routed group). */
+    ck_assert_int_eq(ntyped, 31);
     ck_assert_ptr_nonnull(strstr(r.head, "200"));
     s_fetch("/metrics", &r);
     ck_assert_ptr_nonnull(strstr(r.body, "rdzv_replies_dropped_total{reason=\"slow_reader\"} 0"));
@@ -408,6 +409,9 @@ START_TEST(test_metrics_well_formed)
     ck_assert_ptr_nonnull(strstr(r.body, "\nrdzv_group_complete{group=\"g\"} 1\n"));
     ck_assert_ptr_nonnull(strstr(r.body, "\nrdzv_group_ranks_live{group=\"g\"} 1\n"));
     ck_assert_ptr_nonnull(strstr(r.body, "\nrdzv_group_ranks_serving{group=\"g\"} 0\n"));
+    /* g names no router: no router samples of it. */
+    ck_assert_ptr_null(strstr(r.body, "rdzv_group_ranks_registered{group=\"g\"}"));
+    ck_assert_ptr_null(strstr(r.body, "rdzv_router_errors_total{group=\"g\""));
     ck_assert_ptr_nonnull(strstr(r.body, "\nrdzv_group_metrics_omitted 0\n"));
     ck_assert_ptr_nonnull(strstr(r.body, "rdzv_peers_dropped_total{reason=\"connection_cap\"} 0"));
     ck_assert_ptr_nonnull(strstr(r.body, "\nrdzv_groups_expired_total 0\n"));
