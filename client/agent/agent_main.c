@@ -2,6 +2,7 @@
 #include "agent_child.h"
 #include "agent_cli.h"
 #include "agent_control.h"
+#include "agent_drain.h"
 #include "agent_health.h"
 #include "agent_lease.h"
 #include "agent_opts.h"
@@ -25,7 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define AGENT_MAX_POLL (RDZV_AGENT_MAX_CONNS + 3)
+#define AGENT_MAX_POLL (RDZV_AGENT_MAX_CONNS + 4)
 #define RETAKE_LOCK_MS 1000
 
 typedef struct {
@@ -33,7 +34,8 @@ typedef struct {
     int sig_fd;
     rdzv_agent_control_t *control;
     rdzv_agent_serve_t *serve;
-    rdzv_agent_health_t *health;  /* CMD's engine's health checks, once it runs */
+    rdzv_agent_health_t *health;  /* the engine's health checks, once it may run */
+    rdzv_agent_drain_watch_t *drain_watch;   /* PATH.drain (agent_drain.h) */
     int *reservations;         /* one per plan port */
     int *locks;                /* the network namespace's lock on each (agent_reserve.h) */
     int *plan;
@@ -299,12 +301,14 @@ static void s_on_health(void *arg, int serving)
     rdzv_agent_control_set_serving(arg, serving);
 }
 
-/* CMD's engine serves its API on the plan's api port: its answers ride on
- * the heartbeats. Without an api port (an older rdzvd) nothing is said. */
+/* The engine serves its API on the plan's api port, on 127.0.0.1: CMD, or
+ * in sidecar mode the engine beside the agent (another container of the
+ * Pod shares its network). Its answers ride on the heartbeats; without an
+ * api port (an older rdzvd) nothing is said. */
 static void s_start_health(s_agent_t *self, const rdzv_assignment_t *a)
 {
     int port = rdzv_assignment_api_port(a);
-    if (!self->opts.cmd || self->opts.health_interval_s <= 0 || port <= 0)
+    if (self->health || self->opts.health_interval_s <= 0 || port <= 0)
         return;
     char err[256];
     self->health = rdzv_agent_health_start(port, self->opts.health_path,
@@ -466,16 +470,33 @@ static bool s_retake_locks(s_agent_t *self)
     return missing;
 }
 
+/* PATH.drain appeared (agent_drain.h): the engine is about to stop. The
+ * heartbeats say it no longer serves, the router lets the rank go, then
+ * the file goes, which the engine's stop hook waits for. The agent serves
+ * nothing else meanwhile, up to --drain-timeout. */
+static void s_on_drain_file(s_agent_t *self)
+{
+    if (!rdzv_agent_drain_watch_asked(self->drain_watch))
+        return;
+    fprintf(stderr, "rdzv agent: %s asks for a drain\n", self->opts.socket_path);
+    rdzv_agent_control_drain(self->control, self->opts.drain_timeout_s * 1000);
+    self->drained = true;
+    rdzv_agent_drain_watch_done(self->drain_watch);
+}
+
 static void s_loop(s_agent_t *self)
 {
-    /* The signal, rdzvd, the socket and its connections, the plan's locks. */
+    /* The signal, rdzvd, PATH.drain's directory, the socket and its
+     * connections, the plan's locks. */
     struct pollfd *pfd = calloc(AGENT_MAX_POLL + self->nplan, sizeof *pfd);
     if (!pfd)
         { s_fatal(self, 1, "out of memory"); return; }
     while (!self->done) {
         pfd[0] = (struct pollfd) { .fd = self->sig_fd, .events = POLLIN };
         pfd[1] = (struct pollfd) { .fd = rdzv_agent_control_fd(self->control), .events = POLLIN };
-        size_t n = 2, nlocks;
+        pfd[2] = (struct pollfd) { .fd = rdzv_agent_drain_watch_fd(self->drain_watch),
+                                   .events = POLLIN };
+        size_t first = 3, n = first, nlocks;
         if (self->serve)
             n += rdzv_agent_serve_pollfds(self->serve, pfd + n, AGENT_MAX_POLL - n);
         nlocks = s_lock_pollfds(self, pfd + n);
@@ -493,8 +514,10 @@ static void s_loop(s_agent_t *self)
             s_on_signal(self);
         if (pfd[1].revents)
             s_on_control(self);
-        if (self->serve && n > 2) {
-            rdzv_agent_serve_handle(self->serve, pfd + 2, n - 2);
+        if (pfd[2].revents)
+            s_on_drain_file(self);
+        if (self->serve && n > first) {
+            rdzv_agent_serve_handle(self->serve, pfd + first, n - first);
             int64_t started;
             if (rdzv_agent_serve_take_engine_gone(self->serve, &started))
                 s_on_engine_gone(self, started);
@@ -507,6 +530,7 @@ static void s_cleanup(s_agent_t *self)
 {
     rdzv_agent_cli_progress_stop(&self->progress);
     rdzv_agent_health_stop(&self->health);
+    rdzv_agent_drain_watch_destroy(&self->drain_watch);
     rdzv_agent_serve_destroy(&self->serve);
     if (self->env_path)
         unlink(self->env_path);
@@ -600,6 +624,12 @@ static int s_init(s_agent_t *self)
     self->session_path = s_beside_socket(self->opts.socket_path, RDZV_AGENT_SESSION_SUFFIX);
     if (!self->env_path || !self->session_path || s_first_session(self) < 0)
         return -1;
+    char why[300];
+    if (!(self->drain_watch = rdzv_agent_drain_watch_new(self->opts.socket_path, why,
+                                                         sizeof why))) {
+        fprintf(stderr, "rdzv agent: %s\n", why);
+        return -1;
+    }
     sigset_t mask;
     sigemptyset(&mask);
     /* Every signal whose default would end the agent without cleanup. */

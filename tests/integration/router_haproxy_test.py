@@ -263,6 +263,42 @@ def main():
                   "SIGTERM to rank 3's agent: it leaves HAProxy first, then stops its engine "
                   "(%.1f s, exit %d); %d requests meanwhile, all answered 200"
                   % (took, code, sum(during.values())), (during, log[-600:]))
+
+        # Sidecar mode, as in a Kubernetes Pod: the engine is not the agent's
+        # CMD but runs beside it; the agent still checks its health, and its
+        # stop hook asks for the drain by creating PATH.drain.
+        sock = os.path.join(tmp.name, "side.sock")
+        agents["side"] = subprocess.Popen(
+            [rdzv, "agent", "--server", d.endpoint, "--group", "side", "--world", "1",
+             "--rank", "0", "--host", "127.0.0.1", "--node", "host-a", "--socket", sock,
+             "--port-range", "%d-%d" % (base, base + 512), "--heartbeat", "1",
+             "--health-interval", str(INTERVAL), "--router", router, "--drain-timeout", "10"],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp.name, "agent-side.log"), "w"))
+        rdzvtest.wait_for(lambda: os.path.exists(sock + ".env"), "the sidecar's env file")
+        env = dict(os.environ, HEALTH_FILE=health, LD_PRELOAD=shim, RDZV_AGENT_SOCKET=sock)
+        env.update(l.split("=", 1) for l in open(sock + ".env").read().splitlines()
+                   if "=" in l and not l.startswith("#"))
+        engine = subprocess.Popen([sys.executable, "-c", ENGINE], env=env)
+        try:
+            rdzvtest.wait_for(lambda: "rdzv-side-0" in hap.servers(), "the sidecar's engine "
+                              "registered", timeout=30, step=0.1)
+            report.ok(hap.servers()["rdzv-side-0"][0] == "127.0.0.1:" + env["RDZV_PORT_API"],
+                      "sidecar mode: the agent checks the engine beside it, which is registered",
+                      hap.servers())
+            t0 = time.monotonic()
+            open(sock + ".drain", "w").close()
+            rdzvtest.wait_for(lambda: not os.path.exists(sock + ".drain"), "the drain done",
+                              timeout=20, step=0.05)
+            took = time.monotonic() - t0
+            log = open(os.path.join(tmp.name, "agent-side.log")).read()
+            report.ok("rdzv-side-0" not in hap.servers() and engine.poll() is None
+                      and "the router let this rank go" in log,
+                      "PATH.drain created (a stop hook's request): the rank leaves HAProxy and "
+                      "the file goes %.1f s later, while the engine still runs" % took,
+                      (hap.servers(), log[-400:]))
+        finally:
+            engine.terminate()
+            engine.wait(timeout=20)
     except rdzvtest.Fail as e:
         logs = "".join(open(os.path.join(tmp.name, f)).read()[-300:] for f in
                        sorted(os.listdir(tmp.name)) if f.startswith("agent"))
