@@ -109,7 +109,8 @@ static void s_usage(FILE *out)
         "                           a ZMTP heartbeat, takes over S seconds (default 30)\n"
         "  --router-allow URL       groups may name this router (rdzv agent --router):\n"
         "                           a whole URL, or its start before '/' or '#'; '*' any;\n"
-        "                           repeat for more (default: none, registration off)\n"
+        "                           repeat for more; empty allows nothing (default:\n"
+        "                           none, registration off)\n"
         "  --router-token FILE      bearer token for HTTP routers' worker APIs\n"
         "  --router-interval SEC    reconcile every group's router this often (default 1)\n"
         "  --router-drain SEC       a drained HAProxy server goes when its last session\n"
@@ -151,6 +152,10 @@ static const char *s_default_helper(void)
  * start of one, or "*". */
 static int s_router_allow(s_options_t *o, const char *arg)
 {
+    /* Empty allows nothing: a template's --router-allow $(ROUTER) with no
+     * router set. */
+    if (!*arg)
+        return 0;
     size_t max = sizeof o->router_allow / sizeof o->router_allow[0];
     if (o->cfg.nrouter_allow >= (int) max) {
         fprintf(stderr, "rdzvd: --router-allow given more than %zu times\n", max);

@@ -274,6 +274,24 @@ def check_images_set_once(ctx, ov):
     assert used == want, f"images {sorted(used)}, settings {sorted(want)}"
 
 
+def check_router_wiring(ctx, ov):
+    """The router setting: rdzvd allows what the agents name (empty: none,
+    which rdzvd takes as nothing allowed), and the engine's stop hook asks
+    the agent to drain through its socket's .drain file, within the Pod's
+    grace period."""
+    agent, engine = ov.agent_and_engine()
+    assert flag_value(ov.rdzvd_args(), "--router-allow") == ov.env(agent)["RDZV_ROUTER"] == "", \
+        (ov.rdzvd_args(), ov.env(agent).get("RDZV_ROUTER"))
+    hook = engine["lifecycle"]["preStop"]["exec"]["command"]
+    sock = flag_value(agent["args"], "--socket")
+    assert hook[:2] == ["/bin/sh", "-c"] and hook[2].startswith("touch %s.drain;" % sock) \
+        and "while [ -e %s.drain ]" % sock in hook[2], hook
+    bound = int(re.search(r"\$i -lt (\d+)", hook[2]).group(1))
+    grace = ov.pod()["terminationGracePeriodSeconds"]
+    assert 30 < bound < grace, f"the hook waits up to {bound} s: past the agent's " \
+        f"--drain-timeout (30 s) and within the grace period ({grace} s)?"
+
+
 def check_settings_reach_everything(ctx, ov):
     """Changing each value in the settings alone changes every place that uses it."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -283,9 +301,10 @@ def check_settings_reach_everything(ctx, ov):
         with open(path) as f:
             text = f.read()
         new = {"GROUP": "other", "WORLD": "8", "TP": "4", "PORT_BASE": "20000",
-               "PORT_LIMIT": "30000", "PORTS_PER_RANK": "16"}
+               "PORT_LIMIT": "30000", "PORTS_PER_RANK": "16",
+               "ROUTER": "http://vllm-router:30000"}
         for k, v in new.items():
-            text, n = re.subn(r"- %s=\S+" % k, "- %s=%s" % (k, v), text)
+            text, n = re.subn(r"- %s=\S*" % k, "- %s=%s" % (k, v), text)
             assert n == 1, f"settings have {n} {k}"
         text = text.replace("newTag: 0.1.0", "newTag: 9.9.9")
         with open(path, "w") as f:
@@ -300,6 +319,8 @@ def check_settings_reach_everything(ctx, ov):
             flag_value(args, "--ports-per-rank")) == ("20000", "30000", "16"), args
     assert o.one("NetworkPolicy", "llm-ranks")["spec"]["ingress"][0]["ports"][0]["port"] == 20000
     assert o.env(agent)["RDZV_GROUP"].startswith("other")
+    assert flag_value(args, "--router-allow") == o.env(agent)["RDZV_ROUTER"] \
+        == "http://vllm-router:30000", (args, o.env(agent).get("RDZV_ROUTER"))
     rdzv_images = [c["image"] for c in o.pod()["initContainers"]] + [o.rdzvd()[1]["image"]]
     assert all(i.endswith(":9.9.9") for i in rdzv_images), rdzv_images
 
@@ -395,7 +416,7 @@ CHECKS = [check_official_schemas, check_rdzvd_deployment, check_rdzvd_probes_and
           check_socket_path_everywhere, check_agent_flags_and_variables,
           check_agent_reaches_rdzvd, check_agent_secrets, check_uids, check_engine_command, check_engine_api_port,
           check_engine_variables_exist, check_world_set_once, check_images_set_once,
-          check_settings_reach_everything, check_network_policy,
+          check_settings_reach_everything, check_router_wiring, check_network_policy,
           check_no_service_named_like_the_lws, check_engine_script_runs]
 
 
