@@ -94,6 +94,36 @@ static int s_parse_haproxy(const char *url, const char *rest, rdzv_router_url_t 
     return 0;
 }
 
+/* A path with an empty, "." or ".." segment: one an allow-list prefix
+ * could be climbed out of ("/run/h/../../x.sock"). */
+static bool s_odd_segments(const char *path, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        if (path[i] != '/')
+            continue;
+        size_t seg = strcspn(path + i + 1, "/#");
+        if (i + 1 + seg > len)
+            seg = len - i - 1;
+        if ((seg == 0 && i + 1 < len) || (seg == 1 && path[i + 1] == '.')
+            || (seg == 2 && path[i + 1] == '.' && path[i + 2] == '.'))
+            return true;
+    }
+    return false;
+}
+
+bool rdzv_router_allowed(const char *const *allow, int n, const char *url)
+{
+    for (int i = 0; i < n; i++) {
+        const char *a = allow[i];
+        size_t len = strlen(a);
+        if (strcmp(a, "*") == 0
+            || (len > 0 && strncmp(url, a, len) == 0
+                && (url[len] == '\0' || url[len] == '/' || url[len] == '#' || a[len - 1] == '/')))
+            return true;
+    }
+    return false;
+}
+
 int rdzv_router_url_parse(const char *url, rdzv_router_url_t *out, char *err, size_t errlen)
 {
     if (!url || !*url)
@@ -104,6 +134,10 @@ int rdzv_router_url_parse(const char *url, rdzv_router_url_t *out, char *err, si
     for (const char *p = url; *p; p++)
         if (!s_url_char((unsigned char) *p))
             return s_fail(err, errlen, "has a space, control or unsafe character", url);
+    const char *path = strstr(url, "://");
+    path = path ? strchr(path + 3, '/') : NULL;
+    if (path && s_odd_segments(path, strcspn(path, "#")))
+        return s_fail(err, errlen, "has an empty, \".\" or \"..\" path segment", url);
     if (strncmp(url, "http://", 7) == 0)
         return s_parse_http(url, url + 7, out, err, errlen);
     if (strncmp(url, "https://", 8) == 0)

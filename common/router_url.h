@@ -9,6 +9,7 @@
 #ifndef RDZV_ROUTER_URL_H
 #define RDZV_ROUTER_URL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Longest router URL accepted, in bytes. */
@@ -37,6 +38,13 @@ typedef enum {
     RDZV_ROUTER_ERR_REASONS
 } rdzv_router_err_t;
 extern const char *const rdzv_router_err_names[RDZV_ROUTER_ERR_REASONS];
+
+/* Whether an allow list (rdzvd --router-allow) lets a group name url: an
+ * entry equal to it, or one it extends by a path or a '#BACKEND'
+ * ("haproxy:///run/h.sock" allows every backend of that socket), or "*".
+ * url must have parsed: it has no "." or ".." segment to climb out of an
+ * allowed directory with. */
+bool rdzv_router_allowed(const char *const *allow, int n, const char *url);
 
 /* Parses url into out; 0, or -1 with why in err (a sentence naming the
  * part at fault). */

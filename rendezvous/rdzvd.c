@@ -114,7 +114,8 @@ static void s_usage(FILE *out)
         "  --router-token FILE      bearer token for HTTP routers' worker APIs\n"
         "  --router-interval SEC    reconcile every group's router this often (default 1)\n"
         "  --router-drain SEC       a drained HAProxy server goes when its last session\n"
-        "                           ends, or after SEC (default 30)\n"
+        "                           ends, or after SEC (default 20: under the agents'\n"
+        "                           --drain-timeout)\n"
         "  --max-connections N      close a connection beyond N at once (default: the\n"
         "                           limit on open files less those open at start, and\n"
         "                           a reserve of 1/40 of it, at least 32)\n"
@@ -466,7 +467,7 @@ int main(int argc, char **argv)
      * release and a TLB shoot-down across every thread when it goes. */
     mallopt(M_MMAP_THRESHOLD, 32 << 20);
     s_options_t o = {
-        .router = { .interval_ms = 1000, .drain_s = 30 },
+        .router = { .interval_ms = 1000, .drain_s = 20 },
         .cfg = { .port_base = RDZV_DEFAULT_PORT_BASE, .ports_per_rank = RDZV_DEFAULT_PORTS_PER_RANK,
                  .port_limit = RDZV_DEFAULT_PORT_LIMIT, .max_world = RDZV_DEFAULT_MAX_WORLD,
                  .do_fsync = true, .nccl_root_timeout_s = 600, .state_dir = "./rdzv-state" },
@@ -549,6 +550,8 @@ int main(int argc, char **argv)
     if (o.endpoint_file)
         s_write_endpoint(o.endpoint_file, rdzv_server_endpoint(server));
     rdzv_router_t *router = NULL;
+    o.router.allow = o.cfg.router_allow;
+    o.router.nallow = o.cfg.nrouter_allow;
     if (o.cfg.nrouter_allow > 0 && !(router = rdzv_router_start(core, &o.router, err, sizeof err)))
         rdzv_core_log("router", "not started: %s", err);
     rdzv_server_run(server);

@@ -148,7 +148,7 @@ static void s_drain(rdzv_agent_control_t *self, rdzv_client_t *client, int64_t e
                              : "the router still lists this rank; going on");
             break;
         }
-        struct timespec pause = { .tv_nsec = 250 * 1000000L };
+        struct timespec pause = { .tv_nsec = 500 * 1000000L };
         nanosleep(&pause, NULL);
     }
     pthread_mutex_lock(&self->lock);

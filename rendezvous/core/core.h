@@ -157,11 +157,15 @@ cJSON *rdzv_core_status_json(rdzv_core_t *self, const char *group, int64_t now_m
  * answers them. Takes the lock. */
 cJSON *rdzv_core_routed_json(rdzv_core_t *self, int64_t now_ms);
 /* What one reconcile of group with router found: the ranks the router
- * lists as ready workers, and why the reconcile fell short (reason one of
- * rdzv_router_err_t, counted; -1 and error NULL: it went through). Ignored
- * when the group is gone or names another router by now. Takes the lock. */
+ * lists as ready workers and those it still lists on their way out (when
+ * known: the router was read; otherwise the flags stay as they were, so
+ * that a failed read never says a rank has left), and why the reconcile
+ * fell short (reason one of rdzv_router_err_t, counted; -1 and error NULL:
+ * it went through). Ignored when the group is gone or names another router
+ * by now. Takes the lock. */
 typedef struct {
     const char *group, *router;
+    bool known;
     const int *registered;
     int nregistered;
     const int *draining;         /* ranks still listed but on their way out */

@@ -28,14 +28,14 @@ void rdzv_core_router_report(rdzv_core_t *self, const rdzv_router_report_t *rep)
      * reconcile ran: what it found then is of no use now. */
     if (g && g->router && strcmp(g->router, rep->router) == 0) {
         rdzv_member_t *m;
-        for (int r = 0; (m = rdzv_group_next(g, &r)); r++)
+        for (int r = 0; rep->known && (m = rdzv_group_next(g, &r)); r++)
             m->registered = m->draining = false;
-        for (int i = 0; i < rep->nregistered; i++) {
+        for (int i = 0; rep->known && i < rep->nregistered; i++) {
             int r = rep->registered[i];
             if (r >= 0 && r < g->world && (m = rdzv_group_at(g, r)))
                 m->registered = true;
         }
-        for (int i = 0; i < rep->ndraining; i++) {
+        for (int i = 0; rep->known && i < rep->ndraining; i++) {
             int r = rep->draining[i];
             if (r >= 0 && r < g->world && (m = rdzv_group_at(g, r)))
                 m->draining = true;

@@ -41,12 +41,15 @@ static int s_record_join(rdzv_batch_t *self, rdzv_group_t *g, const rdzv_request
     return rdzv_batch_record(self, rec);
 }
 
-/* A join naming a router the group does not have yet records it: the
- * latest join's router is the group's (a rolling update that moves the
- * ranks to another router moves the group with its first new rank). */
-static int s_record_router(rdzv_batch_t *self, rdzv_group_t *g, const rdzv_request_t *req)
+/* A join naming a router the group does not have yet records it, unless
+ * it resumes a session the rank already had: the router of the latest new
+ * process is the group's (a rolling update that moves the ranks to another
+ * router moves the group with its first new rank), and an old agent that
+ * rejoins after stale_epoch does not move it back. */
+static int s_record_router(rdzv_batch_t *self, rdzv_group_t *g, const rdzv_request_t *req,
+                           bool resumed)
 {
-    if (!req->router || (g->router && strcmp(g->router, req->router) == 0))
+    if (!req->router || resumed || (g->router && strcmp(g->router, req->router) == 0))
         return 0;
     rdzv_core_log("router", "group=%s router=%s (was %s)", g->name, req->router,
                   g->router ? g->router : "none");
@@ -308,7 +311,7 @@ static rdzv_group_t *s_record_changes(rdzv_batch_t *self, const rdzv_peer_t *pee
         rdzv_batch_error(self, peer, RDZV_E_INTERNAL, "cannot record the join");
         return NULL;
     }
-    if (s_record_router(self, g, req) < 0) {
+    if (s_record_router(self, g, req, same_session) < 0) {
         rdzv_batch_error(self, peer, RDZV_E_INTERNAL, "cannot record the group's router");
         return NULL;
     }
@@ -353,27 +356,12 @@ static void s_join_epoch(rdzv_batch_t *self, const rdzv_peer_t *peer, rdzv_group
         s_wait_in_epoch(self, peer, g, req);
 }
 
-/* Whether --router-allow lets a group name url: an entry equal to it, or
- * one it extends by a path or a '#BACKEND' ("haproxy:///run/h.sock"
- * allows every backend of that socket), or "*". */
-static bool s_router_allowed(const rdzv_config_t *cfg, const char *url)
-{
-    for (int i = 0; i < cfg->nrouter_allow; i++) {
-        const char *a = cfg->router_allow[i];
-        size_t n = strlen(a);
-        if (strcmp(a, "*") == 0
-            || (strncmp(url, a, n) == 0 && (url[n] == '\0' || url[n] == '/' || url[n] == '#'
-                                            || (n > 0 && a[n - 1] == '/'))))
-            return true;
-    }
-    return false;
-}
-
 /* A join naming a router rdzvd may not drive is refused before anything
  * else: rdzvd would call that URL or write to that socket for the group. */
 static bool s_router_ok(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
 {
-    if (!req->router || s_router_allowed(self->cfg, req->router))
+    if (!req->router || rdzv_router_allowed(self->cfg->router_allow, self->cfg->nrouter_allow,
+                                            req->router))
         return true;
     rdzv_batch_error(self, peer, RDZV_E_FORBIDDEN, "rdzvd does not register endpoints at "
                      "router %s: start it with --router-allow naming that router",

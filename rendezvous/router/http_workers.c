@@ -109,14 +109,14 @@ static int s_call(rdzv_router_sync_t *s, CURL *curl, bool post, const char *path
 }
 
 /* The router's workers: an array of URL strings (owned by *doc). */
-static const cJSON *s_list(rdzv_router_sync_t *s, CURL *curl, cJSON **doc)
+static cJSON *s_list(rdzv_router_sync_t *s, CURL *curl, cJSON **doc)
 {
     char *body = NULL;
     if (s_call(s, curl, false, "/list_workers", NULL, S_TIMEOUT_MS, &body) < 0)
         return NULL;
     *doc = body ? cJSON_Parse(body) : NULL;
     free(body);
-    const cJSON *urls = cJSON_GetObjectItemCaseSensitive(*doc, "urls");
+    cJSON *urls = cJSON_GetObjectItemCaseSensitive(*doc, "urls");
     const cJSON *u;
     bool ok = cJSON_IsArray(urls);
     cJSON_ArrayForEach(u, urls)
@@ -189,48 +189,81 @@ static bool s_ours(const rdzv_router_sync_t *s, const char *url)
     return s_owned_index(s, url) >= 0;
 }
 
+/* Whether the last failure means the router is not there to talk to: the
+ * rest of the pass would only wait out the same timeout again. */
+static bool s_gone(const rdzv_router_sync_t *s)
+{
+    return s->why == RDZV_ROUTER_ERR_TIMEOUT || s->why == RDZV_ROUTER_ERR_UNREACHABLE;
+}
+
+static bool s_wanted(const rdzv_router_sync_t *s, const char *url)
+{
+    for (int i = 0; i < s->nmembers; i++) {
+        char mine[RDZV_ROUTER_ADDR_MAX + 8];
+        s_url(&s->members[i], mine, sizeof mine);
+        if ((s->members[i].want || s->members[i].keep) && strcmp(mine, url) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* registered and draining: the members' URLs the router lists now, ready
+ * if wanted (or kept), else on their way out (a removal that failed). */
+static void s_report(rdzv_router_sync_t *s, const cJSON *urls)
+{
+    s->known = true;
+    s->nregistered = s->ndraining = 0;
+    for (int i = 0; i < s->nmembers; i++) {
+        const rdzv_router_member_t *m = &s->members[i];
+        char mine[RDZV_ROUTER_ADDR_MAX + 8];
+        s_url(m, mine, sizeof mine);
+        if (!s_listed(urls, mine))
+            continue;
+        if (m->want || m->keep)
+            s->registered[s->nregistered++] = m->rank;
+        else
+            s->draining[s->ndraining++] = m->rank;
+    }
+}
+
 int rdzv_router_http_sync(rdzv_router_sync_t *s)
 {
     CURL *curl = curl_easy_init();
     if (!curl)
         return rdzv_router_fail(s, RDZV_ROUTER_ERR_PROTOCOL, "cannot start libcurl");
     cJSON *doc = NULL;
-    const cJSON *urls = s_list(s, curl, &doc);
+    cJSON *urls = s_list(s, curl, &doc);
     int rc = urls ? 0 : -1;
     /* Off first: a rank's old endpoint leaves before its new one comes. A
-     * rank rdzvd has no word on yet (keep) stays as the router has it. */
-    const cJSON *u;
-    cJSON_ArrayForEach(u, urls) {
-        bool stays = false;
-        for (int i = 0; i < s->nmembers && !stays; i++) {
-            char mine[RDZV_ROUTER_ADDR_MAX + 8];
-            s_url(&s->members[i], mine, sizeof mine);
-            stays = (s->members[i].want || s->members[i].keep) && strcmp(mine, u->valuestring) == 0;
+     * rank rdzvd has no word on yet (keep) stays as the router has it. The
+     * list is kept up to date as calls go through: it is what s_report
+     * says the router holds. */
+    for (cJSON *u = urls ? urls->child : NULL, *next; u && !(rc < 0 && s_gone(s)); u = next) {
+        next = u->next;
+        if (s_wanted(s, u->valuestring) || !s_ours(s, u->valuestring))
+            continue;
+        if (s_call(s, curl, true, "/remove_worker", u->valuestring, S_TIMEOUT_MS, NULL) < 0) {
+            rc = -1;
+            continue;
         }
-        if (!stays && s_ours(s, u->valuestring)) {
-            if (s_call(s, curl, true, "/remove_worker", u->valuestring, S_TIMEOUT_MS, NULL) < 0)
-                rc = -1;
-            else
-                s_disown(s, u->valuestring);
-        }
+        s_disown(s, u->valuestring);
+        cJSON_Delete(cJSON_DetachItemViaPointer(urls, u));
     }
-    s->nregistered = 0;
-    for (int i = 0; urls && i < s->nmembers; i++) {
+    for (int i = 0; urls && i < s->nmembers && !(rc < 0 && s_gone(s)); i++) {
         const rdzv_router_member_t *m = &s->members[i];
         char mine[RDZV_ROUTER_ADDR_MAX + 8];
         s_url(m, mine, sizeof mine);
-        bool listed = s_listed(urls, mine);
-        if (m->want && !listed) {
-            if (s_call(s, curl, true, "/add_worker", mine, S_ADD_TIMEOUT_MS, NULL) < 0) {
-                rc = -1;
-                continue;
-            }
-            s_own(s, mine);
-            listed = true;
+        if (!m->want || s_listed(urls, mine))
+            continue;
+        if (s_call(s, curl, true, "/add_worker", mine, S_ADD_TIMEOUT_MS, NULL) < 0) {
+            rc = -1;
+            continue;
         }
-        if ((m->want || m->keep) && listed)
-            s->registered[s->nregistered++] = m->rank;
+        s_own(s, mine);
+        cJSON_AddItemToArray(urls, cJSON_CreateString(mine));
     }
+    if (urls)
+        s_report(s, urls);
     cJSON_Delete(doc);
     curl_easy_cleanup(curl);
     return rc;

@@ -52,12 +52,15 @@ static void s_group_free(void **item)
     *item = NULL;
 }
 
-/* The members of a status object's complete epoch that have a plan. */
-static int s_members(const cJSON *status, rdzv_router_member_t *out, int max)
+/* The members of a status object that have a plan, whatever the epoch: a
+ * rank of a forming epoch still serves its engine's requests until its
+ * health checks say otherwise (its engine restarts), and one that rejoined
+ * is "keep" until its next heartbeat. A member whose host is no address a
+ * router can be given (rdzv_router_host) is left out, which takes it off
+ * the router: the host is a client's text. */
+static int s_members(const cJSON *status, rdzv_router_member_t *out, int max, int *bad_host)
 {
     int n = 0;
-    if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(status, "complete")))
-        return 0;
     const cJSON *m;
     cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(status, "members")) {
         const cJSON *rank = cJSON_GetObjectItemCaseSensitive(m, "rank");
@@ -66,10 +69,17 @@ static int s_members(const cJSON *status, rdzv_router_member_t *out, int max)
         if (n >= max || !cJSON_IsNumber(rank) || !cJSON_IsString(host) || !cJSON_IsArray(ports)
             || !cJSON_IsNumber(ports->child))
             continue;
-        rdzv_router_member_t *r = &out[n++];
+        rdzv_router_member_t *r = &out[n];
+        if (rdzv_router_host(host->valuestring, r->host, sizeof r->host, &r->ip) < 0) {
+            if (*bad_host < 0)
+                *bad_host = rank->valueint;
+            continue;
+        }
+        n++;
         r->rank = rank->valueint;
-        snprintf(r->addr, sizeof r->addr, strchr(host->valuestring, ':') ? "[%s]:%d" : "%s:%d",
-                 host->valuestring, ports->child->valueint + RDZV_ROLE_API);
+        r->port = ports->child->valueint + RDZV_ROLE_API;
+        snprintf(r->addr, sizeof r->addr, strchr(r->host, ':') ? "[%s]:%d" : "%s:%d", r->host,
+                 r->port);
         r->alive = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "alive"));
         const cJSON *serving = cJSON_GetObjectItemCaseSensitive(m, "serving");
         r->want = r->alive && cJSON_IsTrue(serving);
@@ -81,7 +91,7 @@ static int s_members(const cJSON *status, rdzv_router_member_t *out, int max)
 /* One call of the driver for router url; what it found goes to the core
  * unless report is false (the old router of a group that moved). */
 static int s_drive(rdzv_router_t *self, s_group_t *st, const char *group, const char *url,
-                   const rdzv_router_member_t *members, int n, bool report)
+                   const rdzv_router_member_t *members, int n, bool report, int bad_host)
 {
     rdzv_router_url_t u;
     rdzv_router_sync_t s = {
@@ -97,6 +107,9 @@ static int s_drive(rdzv_router_t *self, s_group_t *st, const char *group, const 
         rc = rdzv_router_fail(&s, RDZV_ROUTER_ERR_PROTOCOL, "out of memory");
     else if (rdzv_router_url_parse(url, &u, s.err, sizeof s.err) < 0)
         rc = rdzv_router_fail(&s, RDZV_ROUTER_ERR_REFUSED, "%s", s.err);
+    else if (!rdzv_router_allowed(self->opts.allow, self->opts.nallow, url))
+        rc = rdzv_router_fail(&s, RDZV_ROUTER_ERR_REFUSED, "no --router-allow of this rdzvd "
+                              "names this router any more: it is left as it is");
     else if (self->opts.token_file && !token && u.kind == RDZV_ROUTER_HTTP)
         rc = rdzv_router_fail(&s, RDZV_ROUTER_ERR_UNAUTHORIZED, "cannot read the router token "
                               "file %s", self->opts.token_file);
@@ -104,12 +117,15 @@ static int s_drive(rdzv_router_t *self, s_group_t *st, const char *group, const 
         rc = u.kind == RDZV_ROUTER_HAPROXY ? rdzv_router_haproxy_sync(&s)
                                            : rdzv_router_http_sync(&s);
     st->owned = s.owned, st->nowned = s.nowned, st->owned_cap = s.owned_cap;
+    if (rc == 0 && bad_host >= 0)
+        rc = rdzv_router_fail(&s, RDZV_ROUTER_ERR_REFUSED, "rank %d's host is neither an IP "
+                              "address nor a DNS name: it is not registered", bad_host);
     if (rc < 0)
         rdzv_core_log("router_error", "group=%s router=%s reason=%s error=\"%s\"", group, url,
                       rdzv_router_err_names[s.why], s.err);
     if (report) {
         rdzv_router_report_t rep = {
-            .group = group, .router = url, .registered = s.registered,
+            .group = group, .router = url, .known = s.known, .registered = s.registered,
             .nregistered = s.registered ? s.nregistered : 0,
             .draining = s.draining, .ndraining = s.draining ? s.ndraining : 0,
             .reason = rc < 0 ? (int) s.why : -1, .error = rc < 0 ? s.err : NULL,
@@ -120,6 +136,14 @@ static int s_drive(rdzv_router_t *self, s_group_t *st, const char *group, const 
     free(s.registered);
     free(s.draining);
     return rc;
+}
+
+static void s_back_off(s_group_t *st, int64_t now_ms)
+{
+    st->backoff_ms = st->backoff_ms ? st->backoff_ms * 2 : S_BACKOFF_FIRST_MS;
+    if (st->backoff_ms > S_BACKOFF_MAX_MS)
+        st->backoff_ms = S_BACKOFF_MAX_MS;
+    st->next_ms = now_ms + st->backoff_ms;
 }
 
 static s_group_t *s_state(rdzv_router_t *self, const char *name)
@@ -143,7 +167,7 @@ static void s_pass_group(rdzv_router_t *self, const cJSON *status, int64_t now_m
         return;
     st->seen = true;
     if (st->router && strcmp(st->router, router->valuestring) != 0) {
-        s_drive(self, st, name->valuestring, st->router, NULL, 0, false);
+        s_drive(self, st, name->valuestring, st->router, NULL, 0, false, -1);
         for (int i = 0; i < st->nowned; i++)
             free(st->owned[i]);
         st->nowned = 0;
@@ -160,21 +184,19 @@ static void s_pass_group(rdzv_router_t *self, const cJSON *status, int64_t now_m
     rdzv_router_member_t *members = calloc((size_t) max + 1, sizeof *members);
     if (!members)
         return;
-    int n = s_members(status, members, max);
-    if (s_drive(self, st, name->valuestring, st->router, members, n, true) == 0)
+    int bad_host = -1;
+    int n = s_members(status, members, max, &bad_host);
+    if (s_drive(self, st, name->valuestring, st->router, members, n, true, bad_host) == 0)
         st->backoff_ms = 0, st->next_ms = 0;
-    else {
-        st->backoff_ms = st->backoff_ms ? st->backoff_ms * 2 : S_BACKOFF_FIRST_MS;
-        if (st->backoff_ms > S_BACKOFF_MAX_MS)
-            st->backoff_ms = S_BACKOFF_MAX_MS;
-        st->next_ms = now_ms + st->backoff_ms;
-    }
+    else
+        s_back_off(st, now_ms);
     free(members);
 }
 
-/* A group that is gone (deleted) or names no router now: its endpoints
- * leave the router it had, once. */
-static void s_forget_unseen(rdzv_router_t *self)
+/* A group that is gone (deleted): its ranks leave the router it had. A
+ * cleanup that fails is tried again, with the same back-off, until it
+ * goes through. */
+static void s_forget_unseen(rdzv_router_t *self, int64_t now_ms)
 {
     zlist_t *gone = zlist_new();
     for (s_group_t *st = zhashx_first(self->groups); st; st = zhashx_next(self->groups)) {
@@ -184,28 +206,42 @@ static void s_forget_unseen(rdzv_router_t *self)
     }
     for (const char *name = gone ? zlist_first(gone) : NULL; name; name = zlist_next(gone)) {
         s_group_t *st = zhashx_lookup(self->groups, name);
-        if (st->router)
-            s_drive(self, st, name, st->router, NULL, 0, false);
-        zhashx_delete(self->groups, name);
+        if (now_ms < st->next_ms)
+            continue;
+        if (st->router && s_drive(self, st, name, st->router, NULL, 0, false, -1) < 0)
+            s_back_off(st, now_ms);
+        else
+            zhashx_delete(self->groups, name);
     }
     zlist_destroy(&gone);
+}
+
+static bool s_stopping(rdzv_router_t *self)
+{
+    pthread_mutex_lock(&self->lock);
+    bool stop = self->stop;
+    pthread_mutex_unlock(&self->lock);
+    return stop;
 }
 
 static void s_pass(rdzv_router_t *self)
 {
     int64_t now_ms = rdzv_now_ms();
     cJSON *groups = rdzv_core_routed_json(self->core, now_ms);
+    if (!groups)
+        return;
     const cJSON *g;
     cJSON_ArrayForEach(g, groups) {
-        pthread_mutex_lock(&self->lock);
-        bool stop = self->stop;
-        pthread_mutex_unlock(&self->lock);
-        if (stop)
-            break;
+        if (s_stopping(self)) {
+            /* A pass cut short saw only some groups: the others are not
+             * gone, and their routers are left as they are. */
+            cJSON_Delete(groups);
+            return;
+        }
         s_pass_group(self, g, now_ms);
     }
     cJSON_Delete(groups);
-    s_forget_unseen(self);
+    s_forget_unseen(self, now_ms);
 }
 
 static void *s_run(void *arg)

@@ -15,6 +15,10 @@ typedef struct {
     const char *token_file;      /* --router-token: bearer token for HTTP routers */
     int interval_ms;             /* a pass every this often (--router-interval) */
     int drain_s;                 /* a draining server goes after this at most */
+    /* --router-allow, checked again before each call: a router taken off
+     * the list is no longer driven (its registrations are left as they are). */
+    const char *const *allow;
+    int nallow;
 } rdzv_router_opts_t;
 
 typedef struct rdzv_router rdzv_router_t;

@@ -20,7 +20,7 @@ import time
 import rdzv
 import rdzvtest
 import etcd_cluster
-from haproxy_router import Haproxy
+from haproxy_router import Haproxy, server_name
 from replicas import Replicas, skipped
 
 
@@ -66,7 +66,7 @@ def main():
                     stop.wait(0.5)
             beater = threading.Thread(target=beat)
             beater.start()
-            names = ["rdzv-g-0", "rdzv-g-1"]
+            names = [server_name("g", 0), server_name("g", 1)]
             apis = ["127.0.0.1:%d" % got[r].named_ports.api for r in range(2)]
             rdzvtest.wait_for(lambda: all(n in hap.servers() for n in names),
                               "both ranks in HAProxy", timeout=30, step=0.1)
@@ -95,11 +95,11 @@ def main():
                       % (new.endpoint, took), [s for s in seen if s != names][:3])
             serving[1] = False
             t0 = time.monotonic()
-            rdzvtest.wait_for(lambda: "rdzv-g-1" not in hap.servers(), "rank 1 off HAProxy",
+            rdzvtest.wait_for(lambda: names[1] not in hap.servers(), "rank 1 off HAProxy",
                               timeout=30, step=0.1)
             with rdzv.Client(new.endpoint) as c:
                 g = c.status("g")[0]
-            report.ok("rdzv-g-0" in hap.servers()
+            report.ok(names[0] in hap.servers()
                       and [m["registered"] for m in g["members"]] == [True, False]
                       and g["router"] == router,
                       "after the takeover rank 1 stops serving: the new leader drains and "

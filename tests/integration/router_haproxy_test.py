@@ -15,7 +15,8 @@ restarted rdzvd both converge again; a router that is down is reported in
 status and rdzv_router_errors_total and never blocks a rendezvous; and bad
 router URLs are refused at start, a router rdzvd was not allowed at the
 join. One line per check (rdzvtest). Without haproxy the test skips,
-saying so. Needs RDZVD, RDZV and RDZV_SHIM."""
+saying so. Needs RDZVD, RDZV, RDZV_SHIM and RDZV_LIBRARY (the Python
+package on PYTHONPATH)."""
 import collections
 import json
 import os
@@ -30,40 +31,11 @@ import time
 import urllib.error
 import urllib.request
 
+import rdzv as rdzvpy
 import rdzvtest
-from haproxy_router import Haproxy
+from engines import COUNTING as ENGINE
+from haproxy_router import Haproxy, server_name
 
-# The engine: RDZV_PORT_API (bound under the shim); /health answers what
-# HEALTH_FILE+RANK says (200 when absent), /count how many requests it
-# served, anything else is a request it serves and counts.
-ENGINE = r"""
-import http.server, os, threading
-path = os.environ["HEALTH_FILE"] + os.environ["RDZV_RANK"]
-lock, served = threading.Lock(), [0]
-class H(http.server.BaseHTTPRequestHandler):
-    def answer(self, code, body):
-        self.send_response(code)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def do_GET(self):
-        if self.path == "/health":
-            try:
-                code = int(open(path).read().strip())
-            except (OSError, ValueError):
-                code = 200
-            return self.answer(code, b"")
-        if self.path == "/count":
-            return self.answer(200, str(served[0]).encode())
-        with lock:
-            served[0] += 1
-        self.answer(200, os.environ["RDZV_RANK"].encode())
-    def log_message(self, *args):
-        pass
-s = http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["RDZV_PORT_API"])), H)
-s.daemon_threads = True
-s.serve_forever()
-"""
 
 WORLD = 4
 INTERVAL = 1          # the agents' --health-interval and rdzvd's --router-interval
@@ -124,7 +96,7 @@ def main():
             return int(r.read())
 
     def name(rank):
-        return "rdzv-g-%d" % rank
+        return server_name("g", rank)
 
     try:
         for r in range(WORLD):
@@ -280,9 +252,9 @@ def main():
                    if "=" in l and not l.startswith("#"))
         engine = subprocess.Popen([sys.executable, "-c", ENGINE], env=env)
         try:
-            rdzvtest.wait_for(lambda: "rdzv-side-0" in hap.servers(), "the sidecar's engine "
+            rdzvtest.wait_for(lambda: server_name("side", 0) in hap.servers(), "the sidecar's engine "
                               "registered", timeout=30, step=0.1)
-            report.ok(hap.servers()["rdzv-side-0"][0] == "127.0.0.1:" + env["RDZV_PORT_API"],
+            report.ok(hap.servers()[server_name("side", 0)][0] == "127.0.0.1:" + env["RDZV_PORT_API"],
                       "sidecar mode: the agent checks the engine beside it, which is registered",
                       hap.servers())
             t0 = time.monotonic()
@@ -291,7 +263,7 @@ def main():
                               timeout=20, step=0.05)
             took = time.monotonic() - t0
             log = open(os.path.join(tmp.name, "agent-side.log")).read()
-            report.ok("rdzv-side-0" not in hap.servers() and engine.poll() is None
+            report.ok(server_name("side", 0) not in hap.servers() and engine.poll() is None
                       and "the router let this rank go" in log,
                       "PATH.drain created (a stop hook's request): the rank leaves HAProxy and "
                       "the file goes %.1f s later, while the engine still runs" % took,
@@ -299,6 +271,20 @@ def main():
         finally:
             engine.terminate()
             engine.wait(timeout=20)
+
+        # A hostile client's host is text that would be HAProxy commands.
+        evil_host = "127.0.0.1; shutdown frontend fe; set server engines/x state maint"
+        with rdzvpy.Client(d.endpoint, router=router) as evil:
+            a = evil.join("evil", 1, 0, host=evil_host, node="n-evil", timeout=20)
+            for _ in range(3):
+                evil.heartbeat("evil", 0, a.epoch, serving=True)
+                time.sleep(INTERVAL)
+            g = evil.status("evil")[0]
+        report.ok(hap.get()[0] == 200 and server_name("evil", 0) not in hap.servers()
+                  and "neither an IP address nor a DNS name" in (g["router_error"] or ""),
+                  "a rank whose host is command text is never handed to HAProxy: the frontend "
+                  "serves on, the rank is not registered, status says why",
+                  (g["router_error"], hap.servers()))
     except rdzvtest.Fail as e:
         logs = "".join(open(os.path.join(tmp.name, f)).read()[-300:] for f in
                        sorted(os.listdir(tmp.name)) if f.startswith("agent"))

@@ -26,7 +26,7 @@ import time
 import urllib.parse
 
 import rdzvtest
-from router_haproxy_test import ENGINE
+from engines import COUNTING as ENGINE
 
 TOKEN = "router-s3cret"
 INTERVAL = 1
@@ -135,8 +135,8 @@ def main():
         return int(m.group(1)) if m else -1
 
     try:
-        for r in range(2):
-            agents.append(subprocess.Popen(
+        def agent(r):
+            return subprocess.Popen(
                 [rdzv, "agent", "--server", d.endpoint, "--group", "g", "--world", "2",
                  "--rank", str(r), "--host", "127.0.0.1", "--node", "host-a",
                  "--socket", os.path.join(tmp.name, "a%d.sock" % r), "--shim", shim,
@@ -144,7 +144,9 @@ def main():
                  "--health-interval", str(INTERVAL), "--router", url, "--drain-timeout", "5",
                  "--", sys.executable, "-c", ENGINE],
                 env=dict(os.environ, HEALTH_FILE=os.path.join(tmp.name, "health-")),
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for r in range(2):
+            agents.append(agent(r))
         g, took = until(lambda s: s.get("registered_count") == 2, "both registered", timeout=60)
         urls = ["http://127.0.0.1:%d" % (m["ports"][0] + 2) for m in g["members"]]
         added = {c[2] for c in router.calls if c[:2] == ("POST", "/add_worker")}
@@ -164,6 +166,26 @@ def main():
                   and sorted(router.listed()) == sorted([urls[0], "http://10.9.9.9:8000"]),
                   "rank 1's engine killed: POST /remove_worker %.1f s later, nothing else "
                   "removed" % (time.monotonic() - t0), router.listed())
+
+        # Rank 1 comes back (a new process): epoch 2 forms. Rank 0's engine
+        # serves meanwhile and stays registered throughout.
+        agents[1].wait(timeout=20)
+        calls_before = len(router.calls)
+        agents[1] = agent(1)
+        listed = []
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 30:
+            listed.append(urls[0] in router.listed())
+            g = status()
+            if g["epoch"] == 2 and g["registered_count"] == 2:
+                break
+            time.sleep(0.1)
+        report.ok(g["epoch"] == 2 and g["registered_count"] == 2 and all(listed)
+                  and ("POST", "/remove_worker", urls[0]) not in router.calls[calls_before:],
+                  "rank 1 restarted: while epoch 2 formed rank 0 stayed registered (%d looks), "
+                  "and both are registered in epoch 2 (%.1f s)" % (len(listed),
+                                                                  time.monotonic() - t0),
+                  (g, router.calls[calls_before:]))
 
         # A wrong token, then a failing router, then none at all.
         for what, reason, breaks, heals in (
@@ -187,7 +209,7 @@ def main():
                 router.workers.remove(urls[0])       # the router lost it meanwhile
             heals()
             g, took = until(lambda s: s.get("router_error") is None
-                            and s.get("registered_count") == 1, "converged again")
+                            and s.get("registered_count") == 2, "converged again")
             report.ok(join.returncode == 0 and urls[0] in router.listed(),
                       "%s: status says so, rdzv_router_errors_total{reason=\"%s\"} counts it, "
                       "another group's join goes through; healed, the rank is added back "

@@ -10,6 +10,18 @@ import subprocess
 import rdzvtest
 
 
+def server_name(group, rank):
+    """The server rdzvd's HAProxy driver makes for a group's rank:
+    rdzv-GROUP-HASH-RANK, GROUP cut to 48 bytes and made safe, HASH the
+    FNV-1a of the whole name."""
+    h = 2166136261
+    for b in group.encode():
+        h = ((h ^ b) * 16777619) & 0xffffffff
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "_.-") else "_"
+                   for c in group[:48])
+    return "rdzv-%s-%08x-%d" % (safe, h, rank)
+
+
 class Haproxy:
     """Debian's haproxy on loopback: frontend PORT, backend engines
     (roundrobin, no server), admin socket SOCK."""

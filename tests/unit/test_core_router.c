@@ -83,6 +83,9 @@ START_TEST(test_refused)
         "1", "null", "\"\"", "\"ftp://router/x\"", "\"haproxy:///run/h.sock\"",
         "\"http://router:8000/?q=1\"", "\"http://router:70000\"",
         "\"haproxy:///run/h.sock#bad name\"",
+        /* Climbing out of an allowed directory, or an empty segment. */
+        "\"haproxy:///run/h.sock/../x.sock#b\"", "\"haproxy:///run//h.sock#b\"",
+        "\"http://router:8000/./x\"", "\"http://router:8000/a/..\"",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         s_join_via(1, 1, 0, bad[i]);
@@ -140,15 +143,22 @@ START_TEST(test_reports_are_soft)
     fx_collect();
     int ready[] = { 0 }, out[] = { 1 };
     rdzv_router_report_t rep = {
-        .group = "g", .router = "haproxy:///run/h.sock#b", .registered = ready,
+        .group = "g", .router = "haproxy:///run/h.sock#b", .known = true, .registered = ready,
         .nregistered = 1, .draining = out, .ndraining = 1, .reason = -1,
     };
     rdzv_core_router_report(core, &rep);
     ck_assert(s_flag(0, "registered") && !s_flag(0, "draining"));
     ck_assert(!s_flag(1, "registered") && s_flag(1, "draining"));
+    /* A router that could not be read says nothing of who left. */
+    rep.reason = RDZV_ROUTER_ERR_UNREACHABLE;
+    rep.error = "cannot connect";
+    rep.known = false;
+    rep.nregistered = rep.ndraining = 0;
+    rdzv_core_router_report(core, &rep);
+    ck_assert(s_flag(0, "registered") && s_flag(1, "draining"));
     rep.reason = RDZV_ROUTER_ERR_SERVER;
     rep.error = "add_worker: HTTP 503";
-    rep.nregistered = rep.ndraining = 0;
+    rep.known = true;
     rdzv_core_router_report(core, &rep);
     cJSON *g = s_status();
     ck_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(g, "router_error")),
@@ -160,6 +170,7 @@ START_TEST(test_reports_are_soft)
     ck_assert_uint_eq(st->ngroup, 1);
     ck_assert(st->group[0].routed);
     ck_assert_uint_eq(st->group[0].router_errors[RDZV_ROUTER_ERR_SERVER], 1);
+    ck_assert_uint_eq(st->group[0].router_errors[RDZV_ROUTER_ERR_UNREACHABLE], 1);
     free(st);
     rep.router = "http://router:8000";        /* not the group's: ignored */
     rep.reason = -1;
@@ -179,6 +190,20 @@ START_TEST(test_reports_are_soft)
 }
 END_TEST
 
+/* The allow list: whole entries, or extended by a path or a backend; "*". */
+START_TEST(test_allowed)
+{
+    static const char *const allow[] = { "haproxy:///run/h.sock", "http://r:8000/" };
+    ck_assert(rdzv_router_allowed(allow, 2, "haproxy:///run/h.sock#b"));
+    ck_assert(!rdzv_router_allowed(allow, 2, "haproxy:///run/h.sock2#b"));
+    ck_assert(rdzv_router_allowed(allow, 2, "http://r:8000/v1"));
+    ck_assert(!rdzv_router_allowed(allow, 2, "http://r:80001"));
+    ck_assert(!rdzv_router_allowed(allow, 0, "http://r:8000/v1"));
+    static const char *const any[] = { "*" };
+    ck_assert(rdzv_router_allowed(any, 1, "http://elsewhere"));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("core_router");
@@ -187,5 +212,6 @@ int main(void)
     tcase_add_test(tc, test_refused);
     tcase_add_test(tc, test_latest_wins);
     tcase_add_test(tc, test_reports_are_soft);
+    tcase_add_test(tc, test_allowed);
     return rdzv_check_run(s);
 }
