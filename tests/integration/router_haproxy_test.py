@@ -272,6 +272,45 @@ def main():
             engine.terminate()
             engine.wait(timeout=20)
 
+        # A rank that comes back at another address keeps its server, whose
+        # address changes in place: rank 0 of group "moved" on 127.0.0.1,
+        # killed outright (no drain), then started on 127.0.0.2.
+        def moved_agent(host):
+            return subprocess.Popen(
+                [rdzv, "agent", "--server", d.endpoint, "--group", "moved", "--world", "1",
+                 "--rank", "0", "--host", host, "--node", "host-a",
+                 "--socket", os.path.join(tmp.name, "moved.sock"), "--shim", shim,
+                 "--port-range", "%d-%d" % (base, base + 512), "--heartbeat", "1",
+                 "--health-interval", str(INTERVAL), "--router", router,
+                 "--", sys.executable, "-c", ENGINE],
+                env=dict(os.environ, HEALTH_FILE=health, ENGINE_HOST="0.0.0.0"),
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        moved = server_name("moved", 0)
+        agents["moved"] = moved_agent("127.0.0.1")
+        rdzvtest.wait_for(lambda: hap.servers().get(moved, ("",))[0].startswith("127.0.0.1:"),
+                          "group moved registered", timeout=30, step=0.1)
+        port = hap.servers()[moved][0].split(":")[1]
+        engine_of = subprocess.run(["pgrep", "-P", str(agents["moved"].pid)],
+                                   capture_output=True, text=True).stdout.split()
+        agents["moved"].kill()
+        agents["moved"].wait()
+        for pid in engine_of:
+            os.kill(int(pid), signal.SIGKILL)
+        agents["moved"] = moved_agent("127.0.0.2")
+        looks = []
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 30:
+            got = hap.servers().get(moved)
+            looks.append(got)
+            if got and got[0] == "127.0.0.2:" + port and got[1] not in ("MAINT", "DRAIN"):
+                break
+            time.sleep(0.05)
+        report.ok(looks[-1] and looks[-1][0] == "127.0.0.2:" + port and all(looks),
+                  "rank 0 of group moved comes back on 127.0.0.2: its server's address "
+                  "changes in place (%.1f s), the server never gone meanwhile"
+                  % (time.monotonic() - t0), looks[-3:])
+        rdzvtest.stop_agent(agents.pop("moved"))
+
         # A hostile client's host is text that would be HAProxy commands.
         evil_host = "127.0.0.1; shutdown frontend fe; set server engines/x state maint"
         with rdzvpy.Client(d.endpoint, router=router) as evil:

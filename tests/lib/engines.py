@@ -3,7 +3,8 @@ agent (and the shim): each serves on RDZV_PORT_API as vLLM would."""
 
 # The engine: RDZV_PORT_API (bound under the shim); /health answers what
 # HEALTH_FILE+RANK says (200 when absent), /count how many requests it
-# served, anything else is a request it serves and counts.
+# served, anything else is a request it serves and counts. It listens on
+# ENGINE_HOST (127.0.0.1 unless set).
 COUNTING = r"""
 import http.server, os, threading
 path = os.environ["HEALTH_FILE"] + os.environ["RDZV_RANK"]
@@ -28,7 +29,8 @@ class H(http.server.BaseHTTPRequestHandler):
         self.answer(200, os.environ["RDZV_RANK"].encode())
     def log_message(self, *args):
         pass
-s = http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["RDZV_PORT_API"])), H)
+s = http.server.ThreadingHTTPServer((os.environ.get("ENGINE_HOST", "127.0.0.1"),
+                                      int(os.environ["RDZV_PORT_API"])), H)
 s.daemon_threads = True
 s.serve_forever()
 """
