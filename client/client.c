@@ -445,6 +445,31 @@ RDZV_EXPORT int rdzv_group_delete(rdzv_client_t *self, const char *group)
     return rc;
 }
 
+RDZV_EXPORT int rdzv_group_resize(rdzv_client_t *self, const char *group, int world,
+                                  int64_t *epoch_out)
+{
+    int rc = s_begin(self);
+    if (rc == RDZV_OK)
+        rc = s_check_name(self, "group", group);
+    if (rc != RDZV_OK)
+        return rc;
+    if (world < 1)
+        return s_fail(self, RDZV_ERR_USAGE, "world must be >= 1, not %d", world);
+    cJSON *req = s_scoped(RDZV_OP_GROUP_RESIZE, group, -1);
+    req = s_built(req, req && cJSON_AddNumberToObject(req, "world", world));
+    cJSON *reply;
+    rc = s_call_short(self, req, &reply);
+    if (rc != RDZV_OK)
+        return rc;
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(reply, "epoch");
+    if (!cJSON_IsNumber(e))
+        rc = s_fail(self, RDZV_ERR_IO, "group_resize reply without an epoch");
+    else if (epoch_out)
+        *epoch_out = (int64_t) e->valuedouble;
+    cJSON_Delete(reply);
+    return rc;
+}
+
 /* Checks what the caller passed to rdzv_join; RDZV_ERR_USAGE names the field. */
 static int s_check_join(rdzv_client_t *self, const rdzv_join_args_t *a)
 {
@@ -588,7 +613,9 @@ static int s_take_assignment(rdzv_client_t *self, const cJSON *reply,
     *out = rdzv_assignment_from_cjson(cJSON_GetObjectItemCaseSensitive(reply, "assignment"));
     if (!*out)
         return s_fail(self, RDZV_ERR_IO, "malformed assignment in the join reply");
-    if (rdzv_assignment_rank(*out) != a->rank || rdzv_assignment_world(*out) != a->world
+    /* The world may differ from the one asked for: a rank that rejoins
+     * after rdzv group resize gets the group's new one. */
+    if (rdzv_assignment_rank(*out) != a->rank || rdzv_assignment_world(*out) <= a->rank
         || strcmp(rdzv_assignment_group(*out), a->group) != 0) {
         rdzv_assignment_destroy(out);
         return s_fail(self, RDZV_ERR_IO, "the join reply is for another rank or group");

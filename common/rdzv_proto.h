@@ -30,7 +30,8 @@
     X(KV_PUT, "kv_put")                 \
     X(KV_GET, "kv_get")                 \
     X(KV_WAIT, "kv_wait")               \
-    X(GROUP_DELETE, "group_delete")
+    X(GROUP_DELETE, "group_delete")     \
+    X(GROUP_RESIZE, "group_resize")
 
 #define RDZV_OP_ENUM_(name, wire) RDZV_OP_##name,
 typedef enum { RDZV_OPS(RDZV_OP_ENUM_) } rdzv_op_t;

@@ -174,6 +174,14 @@ int rdzv_kv_wait(rdzv_client_t *self, const char *group, int64_t epoch,
  * NULL: every group. */
 int rdzv_status(rdzv_client_t *self, const char *group, char **json_out);
 int rdzv_group_delete(rdzv_client_t *self, const char *group);
+/* Resizes a formed group to world ranks (docs/protocol.md, "group_resize"):
+ * the next epoch, of the new world, forms; the ranks below both worlds
+ * keep their port plans and join it again, new ranks join with the new
+ * world, ranks at or above it leave. *epoch_out (may be NULL) gets the new
+ * epoch (the current one when world is the group's already).
+ * RDZV_ERR_REFUSED: not_found, bad_world, limit, or bad_request while the
+ * group forms. */
+int rdzv_group_resize(rdzv_client_t *self, const char *group, int world, int64_t *epoch_out);
 
 /* Assignment getters. */
 void rdzv_assignment_destroy(rdzv_assignment_t **self_p);

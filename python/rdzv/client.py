@@ -141,5 +141,13 @@ class Client:
     def group_delete(self, group: str) -> None:
         self._check(self._lib.rdzv_group_delete(self._h(), _b(group)))
 
+    def group_resize(self, group: str, world: int) -> int:
+        """Resizes a formed group to world ranks at its next epoch, which
+        forms again (`rdzv group resize`); the new epoch."""
+        epoch = ctypes.c_int64()
+        self._check(self._lib.rdzv_group_resize(self._h(), _b(group), world,
+                                                ctypes.byref(epoch)))
+        return epoch.value
+
 
 __all__ = ["Client", "RdzvError"]

@@ -159,6 +159,39 @@ static int s_apply_kv(rdzv_state_t *self, rdzv_group_t *g, const rdzv_record_t *
     return 0;
 }
 
+/* A rank a resize drops: its plan block goes back, its strings' bytes too. */
+typedef struct {
+    rdzv_state_t *state;
+    rdzv_group_t *group;
+} s_resize_t;
+
+static void s_drop_member(void *arg, const rdzv_member_t *m, int rank)
+{
+    s_resize_t *c = arg;
+    rdzv_plans_forget(c->state->plans, m->node, c->group->name, rank);
+    uint64_t bytes = rdzv_member_text_bytes(m->host, m->node, m->session);
+    c->group->member_bytes -= bytes;
+    c->state->member_bytes -= bytes;
+}
+
+/* A resize: the world changes and the group moves to the recorded epoch,
+ * forming. Ranks below both worlds keep their members and plans (their
+ * engines hold those ports); ranks at or above the new world go. */
+static int s_apply_resize(rdzv_state_t *self, rdzv_group_t *g, const rdzv_record_t *rec)
+{
+    int64_t world = rec->u.resize.world;
+    if (world < 1 || world > self->cfg->max_world || rec->u.resize.epoch <= g->epoch)
+        return -1;
+    int old = g->world;
+    s_resize_t ctx = { self, g };
+    if (rdzv_group_set_world(g, (int) world, s_drop_member, &ctx) < 0)
+        return -1;
+    self->ranks += world - old;
+    rdzv_record_t epoch = { .kind = RDZV_REC_EPOCH, .group = rec->group,
+                            .u.complete.epoch = rec->u.resize.epoch };
+    return s_apply_epoch(self, g, &epoch);
+}
+
 /* A new router: what was found registered at the old one says nothing of
  * the new. A damaged journal's URL is refused like any client's. */
 static int s_apply_router(rdzv_group_t *g, const rdzv_record_t *rec)
@@ -206,6 +239,7 @@ int rdzv_state_apply(void *arg, const cJSON *json)
         rdzv_state_remove_group(self, rec.group);
         return 0;
     case RDZV_REC_ROUTER: return s_apply_router(g, &rec);
+    case RDZV_REC_RESIZE: return s_apply_resize(self, g, &rec);
     }
     return -1;                   /* no kind: rdzv_record_read refuses it */
 }

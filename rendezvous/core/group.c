@@ -81,6 +81,52 @@ rdzv_group_t *rdzv_group_new(const char *name, int world, rdzv_nccl_mode_t mode,
     return g;
 }
 
+/* A chunk's length as made: the last one of a world holds what is left. */
+static int s_chunk_len(int world, int c)
+{
+    int n = world - c * RDZV_MEMBER_CHUNK;
+    return n < RDZV_MEMBER_CHUNK ? n : RDZV_MEMBER_CHUNK;
+}
+
+int rdzv_group_set_world(rdzv_group_t *g, int world,
+                         void (*drop)(void *arg, const rdzv_member_t *m, int rank), void *arg)
+{
+    int old_chunks = (g->world + RDZV_MEMBER_CHUNK - 1) / RDZV_MEMBER_CHUNK;
+    int new_chunks = (world + RDZV_MEMBER_CHUNK - 1) / RDZV_MEMBER_CHUNK;
+    /* Room first, so that a failure changes nothing: the array, and the
+     * chunk that was the last (it may have been made short). */
+    rdzv_member_t **chunks = g->member_chunks;
+    if (new_chunks > old_chunks) {
+        chunks = realloc(g->member_chunks, (size_t) new_chunks * sizeof *chunks);
+        if (!chunks)
+            return -1;
+        memset(chunks + old_chunks, 0, (size_t) (new_chunks - old_chunks) * sizeof *chunks);
+        g->member_chunks = chunks;
+    }
+    int last = (world < g->world ? world : g->world) - 1;
+    int c = last >= 0 ? last / RDZV_MEMBER_CHUNK : -1;
+    if (c >= 0 && chunks[c] && s_chunk_len(world, c) > s_chunk_len(g->world, c)) {
+        rdzv_member_t *grown = realloc(chunks[c], RDZV_MEMBER_CHUNK * sizeof *grown);
+        if (!grown)
+            return -1;
+        int had = s_chunk_len(g->world, c);
+        memset(grown + had, 0, (size_t) (RDZV_MEMBER_CHUNK - had) * sizeof *grown);
+        chunks[c] = grown;
+    }
+    rdzv_member_t *m;
+    for (int r = world; r < g->world && (m = rdzv_group_next(g, &r)); r++) {
+        drop(arg, m, r);
+        s_member_clear(m);
+        memset(m, 0, sizeof *m);
+    }
+    for (int k = new_chunks; k < old_chunks; k++) {
+        free(chunks[k]);
+        chunks[k] = NULL;
+    }
+    g->world = world;
+    return 0;
+}
+
 const char *rdzv_group_kv(const rdzv_group_t *g, const char *key)
 {
     const rdzv_shared_t *v = zhashx_lookup(g->kv, key);

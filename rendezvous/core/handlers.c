@@ -242,11 +242,15 @@ static s_join_rule_t s_join_rule(const rdzv_batch_t *self, const rdzv_group_t *g
 {
     if (!g)
         return S_JOIN_CREATES_GROUP;
-    if (g->world != req->world)
+    const rdzv_member_t *m = req->rank < g->world ? rdzv_group_at(g, req->rank) : NULL;
+    /* A rank's own process rejoining after a resize (rdzv group resize)
+     * still says the world it was started with: the group's is the one
+     * that counts, and the assignment tells it. */
+    bool resumes = m && strcmp(m->session, req->session) == 0;
+    if (g->world != req->world && !resumes)
         return s_alive(self, g) ? S_JOIN_WORLD_MISMATCH : S_JOIN_RESIZES_GROUP;
-    const rdzv_member_t *m = rdzv_group_at(g, req->rank);
     bool in_epoch = m && m->epoch == g->epoch;
-    if (m && strcmp(m->session, req->session) == 0) {
+    if (resumes) {
         if (!in_epoch || !g->complete)
             return S_JOIN_RESUMES_WAITING;
         return g->root_lost ? S_JOIN_RESUMES_LOST_ROOT : S_JOIN_RESUMES_ASSIGNED;
@@ -444,7 +448,13 @@ static void s_handle_heartbeat(rdzv_batch_t *self, const rdzv_peer_t *peer,
     rdzv_group_t *g = s_existing(self, peer, req->group);
     if (!g)
         return;
-    rdzv_member_t *m = req->rank < g->world ? rdzv_group_at(g, req->rank) : NULL;
+    if (req->rank >= g->world) {
+        rdzv_batch_error(self, peer, RDZV_E_NOT_FOUND, "group %s has world %d since its epoch "
+                         "%lld: rank %d is no longer in it", g->name, g->world,
+                         (long long) g->epoch, req->rank);
+        return;
+    }
+    rdzv_member_t *m = rdzv_group_at(g, req->rank);
     if (!m || strcmp(m->session, req->session) != 0) {
         rdzv_batch_error(self, peer, RDZV_E_NOT_FOUND, "group %s rank %d has no session %s",
                         g->name, req->rank, req->session);
@@ -625,6 +635,48 @@ static void s_handle_delete(rdzv_batch_t *self, const rdzv_peer_t *peer, const r
     rdzv_batch_reply(self, peer, rdzv_reply_ok(req->id));
 }
 
+/* A resize of a formed group: the next epoch, of the new world, forming
+ * (docs/protocol.md, "group_resize"). The ranks that stay keep their plans
+ * and join the new epoch (their heartbeats answer stale_epoch); new ranks
+ * join with the new world; ranks past it are no longer members, and their
+ * heartbeats answer not_found. */
+static void s_handle_resize(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
+{
+    rdzv_group_t *g = s_existing(self, peer, req->group);
+    if (!g)
+        return;
+    if (req->world == g->world) {
+        rdzv_batch_reply(self, peer, rdzv_reply_epoch(req->id, g->epoch));
+        return;
+    }
+    if (!g->complete) {
+        rdzv_batch_error(self, peer, RDZV_E_BAD_REQUEST, "group %s is forming epoch %lld (%d of "
+                         "%d ranks joined): resize it once it has formed (rdzv status --group "
+                         "%s)", g->name, (long long) g->epoch, g->joined, g->world, g->name);
+        return;
+    }
+    if (req->world > g->world
+        && self->state->ranks + (req->world - g->world) > self->cfg->limits.max_ranks) {
+        rdzv_batch_error(self, peer, RDZV_E_LIMIT, "rdzvd holds %lld ranks; %d more would pass "
+                         "its limit of %lld (--max-ranks)", (long long) self->state->ranks,
+                         req->world - g->world, (long long) self->cfg->limits.max_ranks);
+        return;
+    }
+    for (rdzv_kv_waiter_t *w = zlistx_first(g->kv_waiters); w; w = zlistx_next(g->kv_waiters))
+        rdzv_batch_error(self, &w->peer, RDZV_E_STALE_EPOCH, "group %s was resized", g->name);
+    zlistx_purge(g->kv_waiters);
+    int old = g->world;
+    int64_t next = g->epoch + 1;
+    if (rdzv_batch_record(self, rdzv_record_resize(g->name, req->world, next)) < 0) {
+        rdzv_batch_error(self, peer, RDZV_E_INTERNAL, "cannot record the resize");
+        return;
+    }
+    self->metrics->epoch_changes++;
+    rdzv_core_log("resize", "group=%s world=%d->%d epoch=%lld", req->group, old, req->world,
+                  (long long) next);
+    rdzv_batch_reply(self, peer, rdzv_reply_epoch(req->id, next));
+}
+
 void rdzv_handle_request(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv_request_t *req)
 {
     switch (req->op) {
@@ -639,6 +691,9 @@ void rdzv_handle_request(rdzv_batch_t *self, const rdzv_peer_t *peer, const rdzv
         break;
     case RDZV_OP_GROUP_DELETE:
         s_handle_delete(self, peer, req);
+        break;
+    case RDZV_OP_GROUP_RESIZE:
+        s_handle_resize(self, peer, req);
         break;
     case RDZV_OP_KV_PUT:
         s_handle_kv_put(self, peer, req);

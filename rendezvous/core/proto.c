@@ -196,6 +196,14 @@ static int s_parse_fields(s_ctx_t *c, int max_world, rdzv_request_t *r)
         return s_string(c, "group", false, true, &r->group);
     case RDZV_OP_GROUP_DELETE:
         return s_string(c, "group", true, true, &r->group);
+    case RDZV_OP_GROUP_RESIZE: {
+        int64_t world = 0;
+        if (s_string(c, "group", true, true, &r->group) < 0
+            || s_int(c, "world", true, 1, max_world, RDZV_E_BAD_WORLD, &world) < 0)
+            return -1;
+        r->world = (int) world;
+        return 0;
+    }
     case RDZV_OP_KV_PUT:
     case RDZV_OP_KV_GET:
     case RDZV_OP_KV_WAIT:

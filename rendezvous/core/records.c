@@ -10,7 +10,7 @@ static const char *const s_kinds[] = {
     [RDZV_REC_GROUP] = "group", [RDZV_REC_JOIN] = "join", [RDZV_REC_EPOCH] = "epoch",
     [RDZV_REC_COMPLETE] = "complete", [RDZV_REC_PLANS] = "plans", [RDZV_REC_PLAN] = "plan",
     [RDZV_REC_KV] = "kv", [RDZV_REC_DELETE] = "delete", [RDZV_REC_ROOT_DONE] = "root_done",
-    [RDZV_REC_ROUTER] = "router",
+    [RDZV_REC_ROUTER] = "router", [RDZV_REC_RESIZE] = "resize",
 };
 #define S_KINDS ((int) (sizeof s_kinds / sizeof s_kinds[0]))
 
@@ -133,6 +133,9 @@ int rdzv_record_read(const cJSON *rec, rdzv_record_t *out)
     case RDZV_REC_ROUTER:
         out->u.router.url = s_str(rec, "url");
         return out->u.router.url ? 0 : -1;
+    case RDZV_REC_RESIZE:
+        return s_num(rec, "world", &out->u.resize.world) < 0
+               || s_num(rec, "epoch", &out->u.resize.epoch) < 0 ? -1 : 0;
     }
     return -1;                   /* no kind: refused above */
 }
@@ -271,4 +274,12 @@ cJSON *rdzv_record_router(const char *group, const char *url)
 {
     cJSON *rec = s_new(RDZV_REC_ROUTER, group);
     return rec ? s_done(rec, cJSON_AddStringToObject(rec, "url", url) != NULL) : NULL;
+}
+
+cJSON *rdzv_record_resize(const char *group, int world, int64_t epoch)
+{
+    cJSON *rec = s_new(RDZV_REC_RESIZE, group);
+    return rec ? s_done(rec, cJSON_AddNumberToObject(rec, "world", world)
+                                 && cJSON_AddNumberToObject(rec, "epoch", (double) epoch))
+               : NULL;
 }

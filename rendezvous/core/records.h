@@ -23,6 +23,7 @@ typedef enum {
     RDZV_REC_DELETE,             /* the group was deleted */
     RDZV_REC_ROOT_DONE,          /* every rank reached the epoch's server-made NCCL root */
     RDZV_REC_ROUTER,             /* the group names the router its endpoints register at */
+    RDZV_REC_RESIZE,             /* the group's world changed, at a new epoch */
 } rdzv_record_kind_t;
 
 /* A record as read: every field present with its type; ranges that depend
@@ -41,6 +42,7 @@ typedef struct {
         struct { int64_t rank, start, count; const char *node; } plan;
         struct { int64_t epoch; const char *key, *value; } kv;
         struct { const char *url; } router;
+        struct { int64_t world, epoch; } resize;
     } u;
 } rdzv_record_t;
 
@@ -65,6 +67,7 @@ cJSON *rdzv_record_kv(const char *group, int64_t epoch, const char *key, const c
 cJSON *rdzv_record_kv_ref(const char *group, int64_t epoch, const char *key, const char *value);
 cJSON *rdzv_record_delete(const char *group);
 cJSON *rdzv_record_router(const char *group, const char *url);
+cJSON *rdzv_record_resize(const char *group, int world, int64_t epoch);
 cJSON *rdzv_record_root_done(const char *group, int64_t epoch, bool retired);
 
 #endif

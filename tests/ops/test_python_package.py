@@ -99,6 +99,21 @@ def two_ranks_join_from_threads(srv):
 
 
 @case
+def group_resize(srv):
+    join_all(srv.endpoint, "rs", 2)
+    with rdzv.Client(srv.endpoint) as c:
+        assert c.group_resize("rs", 2) == 1          # its own world: nothing changes
+        assert c.group_resize("rs", 3) == 2
+        g = c.status("rs")[0]
+        assert (g["world"], g["epoch"], g["complete"]) == (3, 2, False), g
+        try:
+            c.group_resize("rs", 4)
+            raise AssertionError("a resize of a forming group was taken")
+        except rdzv.Refused as e:
+            assert e.code == "bad_request" and "forming" in str(e), (e.code, str(e))
+
+
+@case
 def router_names_the_groups_router(srv):
     try:
         rdzv.Client(srv.endpoint, router="ftp://x")

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""rdzv group resize, end to end through the CLI and real agents (sidecar
+mode, as in a Pod): a formed world-2 group grows to 3 and shrinks back to
+2. The ranks that stay keep their port plans and rejoin by themselves
+(their agents were started with --world 2), the new rank joins with
+--world 3, and every agent's PATH.env ends with the new epoch and world;
+at the shrink the rank past the world is told it is no longer in the group
+(its agent exits 4 and lets its ports go). Resizes that make no sense are
+refused and change nothing. One line per check (rdzvtest). Needs RDZVD and
+RDZV."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import rdzvtest
+
+
+def read_env(path):
+    try:
+        with open(path) as f:
+            return dict(l.split("=", 1) for l in f.read().splitlines() if "=" in l)
+    except OSError:
+        return {}
+
+
+def main():
+    rdzvd, rdzv = os.environ["RDZVD"], os.environ["RDZV"]
+    tmp = tempfile.TemporaryDirectory()
+    base = 29000 + os.getpid() % 40 * 64
+    d = rdzvtest.Rdzvd(rdzvd, tmp.name, "--no-nccl", "--port-base", str(base),
+                       "--ports-per-rank", "16", "--port-limit", str(base + 1024))
+    report = rdzvtest.Report()
+    agents = {}
+
+    def agent(rank, world):
+        sock = os.path.join(tmp.name, "a%d.sock" % rank)
+        agents[rank] = subprocess.Popen(
+            [rdzv, "agent", "--server", d.endpoint, "--group", "g", "--world", str(world),
+             "--rank", str(rank), "--host", "127.0.0.1", "--node", "n", "--socket", sock,
+             "--port-range", "%d-%d" % (base, base + 1024), "--heartbeat", "1"],
+            stdout=subprocess.DEVNULL,
+            stderr=open(os.path.join(tmp.name, "agent%d.log" % rank), "w"))
+        return sock + ".env"
+
+    def group(*args):
+        return subprocess.run([rdzv, "group", *args, "--server", d.endpoint, "--group", "g"],
+                              capture_output=True, text=True, timeout=30)
+
+    def status():
+        out = subprocess.run([rdzv, "status", "--json", "--server", d.endpoint, "--group", "g"],
+                             capture_output=True, text=True, timeout=20).stdout
+        return json.loads(out)["groups"][0]
+
+    try:
+        envs = [agent(0, 2), agent(1, 2)]
+        rdzvtest.wait_for(lambda: all(read_env(e).get("RDZV_EPOCH") == "1" for e in envs),
+                          "epoch 1 formed", timeout=30)
+        before = [read_env(e)["RDZV_PORTS"] for e in envs]
+
+        p = group("resize", "--world", "3")
+        report.ok(p.returncode == 0 and "world 3, epoch 2" in p.stdout,
+                  "rdzv group resize --world 3: epoch 2", (p.stdout, p.stderr))
+        envs.append(agent(2, 3))
+        rdzvtest.wait_for(lambda: all(read_env(e).get("RDZV_EPOCH") == "2" for e in envs),
+                          "epoch 2 formed", timeout=30)
+        after = [read_env(e) for e in envs]
+        report.ok([a["RDZV_PORTS"] for a in after[:2]] == before
+                  and all(a["RDZV_WORLD"] == "3" for a in after)
+                  and not set(after[2]["RDZV_PORTS"].split(",")) & set(",".join(before).split(",")),
+                  "grown to 3: ranks 0 and 1 rejoined by themselves with their plans, rank 2 "
+                  "joined with its own; every PATH.env says world 3, epoch 2",
+                  [(a["RDZV_WORLD"], a["RDZV_EPOCH"], a["RDZV_PORTS"][:20]) for a in after])
+
+        p = group("resize", "--world", "2")
+        code = agents[2].wait(timeout=30)
+        log = open(os.path.join(tmp.name, "agent2.log")).read()
+        rdzvtest.wait_for(lambda: all(read_env(e).get("RDZV_EPOCH") == "3" for e in envs[:2]),
+                          "epoch 3 formed", timeout=30)
+        g = status()
+        report.ok(p.returncode == 0 and code == 4 and "no longer in it" in log
+                  and g["world"] == 2 and g["complete"] and [m["rank"] for m in g["members"]]
+                  == [0, 1] and all(read_env(e)["RDZV_WORLD"] == "2" for e in envs[:2])
+                  and not os.path.exists(envs[2]),
+                  "shrunk to 2: rank 2's agent is told it is no longer in the group and exits 4, "
+                  "its env file gone; ranks 0 and 1 form epoch 3 of world 2",
+                  (p.stdout, code, log[-300:], g["world"], g["complete"]))
+
+        for args, want, why in (
+                (["resize", "--world", "0"], 2, "world 0: usage error"),
+                (["resize"], 2, "no --world: usage error"),
+                (["delete", "--world", "3"], 2, "--world with delete: usage error")):
+            p = group(*args)
+            report.ok(p.returncode == want, "rdzv group %s: %s" % (" ".join(args), why),
+                      (p.returncode, p.stderr))
+        p = subprocess.run([rdzv, "group", "resize", "--server", d.endpoint, "--group", "nosuch",
+                            "--world", "2"], capture_output=True, text=True, timeout=30)
+        report.ok(p.returncode == 4 and "not_found" in p.stderr + p.stdout,
+                  "a resize of a group that does not exist: refused, not_found", p.stderr)
+        g = status()
+        report.ok(g["world"] == 2 and g["epoch"] == 3,
+                  "... and none of them changed the group", (g["world"], g["epoch"]))
+    except rdzvtest.Fail as e:
+        report.ok(False, str(e))
+    finally:
+        for a in agents.values():
+            rdzvtest.stop_agent(a)
+        d.stop()
+    return report.done()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

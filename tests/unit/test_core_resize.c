@@ -1,0 +1,154 @@
+/* rdzv group resize in the core (docs/protocol.md, "group_resize"): a formed
+ * group moves to its next epoch with another world; the ranks that stay
+ * keep their plans and rejoin with the world they were started with, new
+ * ranks join with the new one, ranks past it leave and their plans go
+ * back; a restart replays it to the same state; bad resizes change
+ * nothing. */
+#include "check_run.h"
+#include <check.h>
+#include <string.h>
+
+#include "core_fixture.h"
+
+static void s_resize(int who, const char *group, int world)
+{
+    fx_send(who, "{\"v\":1,\"id\":%d,\"op\":\"group_resize\",\"group\":\"%s\",\"world\":%d}", who,
+            group, world);
+}
+
+/* Group g's status object (the caller frees it). */
+static cJSON *s_status(void)
+{
+    cJSON *all = rdzv_core_status_json(core, "g", now);
+    cJSON *g = cJSON_DetachItemFromArray(all, 0);
+    cJSON_Delete(all);
+    ck_assert_ptr_nonnull(g);
+    return g;
+}
+
+/* The first port of rank's plan in g, -1 without one. */
+static int s_plan(int rank)
+{
+    cJSON *g = s_status();
+    const cJSON *m, *found = NULL;
+    cJSON_ArrayForEach(m, cJSON_GetObjectItem(g, "members"))
+        if (cJSON_GetObjectItem(m, "rank")->valueint == rank)
+            found = cJSON_GetObjectItem(m, "ports");
+    int start = cJSON_IsArray(found) ? found->child->valueint : -1;
+    cJSON_Delete(g);
+    return start;
+}
+
+static int s_num(const char *field)
+{
+    cJSON *g = s_status();
+    int v = cJSON_GetObjectItem(g, field)->valueint;
+    cJSON_Delete(g);
+    return v;
+}
+
+static bool s_complete(void)
+{
+    cJSON *g = s_status();
+    bool complete = cJSON_IsTrue(cJSON_GetObjectItem(g, "complete"));
+    cJSON_Delete(g);
+    return complete;
+}
+
+START_TEST(test_grow_then_shrink)
+{
+    fx_join(0, "g", 2, 0, "n0", "s0");
+    fx_join(1, "g", 2, 1, "n0", "s1");
+    fx_collect();
+    int p0 = s_plan(0), p1 = s_plan(1);
+    ck_assert_int_ge(p0, 0);
+    fx_clear_replies();
+    s_resize(2, "g", 3);
+    ck_assert_int_eq(fx_field(replies[2], "epoch"), 2);
+    ck_assert_int_eq(s_num("world"), 3);
+    ck_assert(!s_complete());
+    /* The old ranks' heartbeats of epoch 1: stale_epoch; they rejoin with
+     * the world they were started with and keep their plans. */
+    fx_send(3, "{\"v\":1,\"op\":\"heartbeat\",\"group\":\"g\",\"rank\":0,\"session\":\"s0\","
+            "\"epoch\":1}");
+    ck_assert_str_eq(fx_error(3), RDZV_E_STALE_EPOCH);
+    fx_join(4, "g", 2, 0, "n0", "s0");
+    fx_join(5, "g", 2, 1, "n0", "s1");
+    ck_assert_ptr_null(replies[4]);               /* waiting for rank 2 */
+    fx_join(6, "g", 3, 2, "n0", "s2");
+    const cJSON *a = fx_assignment(4);
+    ck_assert_int_eq(fx_field(a, "world"), 3);
+    ck_assert_int_eq(fx_field(a, "epoch"), 2);
+    ck_assert_int_eq(s_plan(0), p0);
+    ck_assert_int_eq(s_plan(1), p1);
+    int p2 = s_plan(2);
+    ck_assert(p2 >= 0 && p2 != p0 && p2 != p1);
+    fx_clear_replies();
+
+    s_resize(7, "g", 2);
+    ck_assert_int_eq(fx_field(replies[7], "epoch"), 3);
+    /* Rank 2 is no longer a member: its heartbeat says so, and its plan
+     * went back (the next rank of another group on n0 may take it). */
+    fx_send(8, "{\"v\":1,\"op\":\"heartbeat\",\"group\":\"g\",\"rank\":2,\"session\":\"s2\","
+            "\"epoch\":2}");
+    ck_assert_str_eq(fx_error(8), RDZV_E_NOT_FOUND);
+    ck_assert_int_eq(s_plan(2), -1);
+    fx_join(9, "g", 3, 0, "n0", "s0");
+    fx_join(10, "g", 3, 1, "n0", "s1");
+    ck_assert_int_eq(fx_field(fx_assignment(9), "world"), 2);
+    ck_assert_int_eq(s_plan(0), p0);
+    fx_join(11, "h", 1, 0, "n0", "t0");
+    ck_assert_int_eq(fx_field(fx_assignment(11), "master_port"), p2);
+    fx_clear_replies();
+
+    /* A restart replays the resizes to the same state. */
+    fx_reopen_cfg(fx_config());
+    ck_assert_int_eq(s_num("world"), 2);
+    ck_assert_int_eq(s_num("epoch"), 3);
+    ck_assert_int_eq(s_plan(0), p0);
+    ck_assert_int_eq(s_plan(2), -1);
+    fx_clear_replies();
+}
+END_TEST
+
+/* To its own world: nothing changes. To 0, past --max-world, of a forming
+ * group or of none: refused, nothing changes. */
+START_TEST(test_refusals)
+{
+    fx_join(0, "g", 2, 0, "n0", "s0");
+    s_resize(1, "g", 3);
+    ck_assert_str_eq(fx_error(1), RDZV_E_BAD_REQUEST);           /* forming */
+    fx_join(2, "g", 2, 1, "n0", "s1");
+    fx_collect();
+    fx_clear_replies();
+    s_resize(3, "g", 2);
+    ck_assert_int_eq(fx_field(replies[3], "epoch"), 1);
+    s_resize(4, "g", 0);
+    ck_assert_str_eq(fx_error(4), RDZV_E_BAD_WORLD);
+    s_resize(5, "g", 1 << 30);
+    ck_assert_str_eq(fx_error(5), RDZV_E_BAD_WORLD);
+    s_resize(6, "nosuch", 2);
+    ck_assert_str_eq(fx_error(6), RDZV_E_NOT_FOUND);
+    fx_send(7, "{\"v\":1,\"op\":\"group_resize\",\"group\":\"g\",\"world\":\"3\"}");
+    ck_assert_str_eq(fx_error(7), RDZV_E_BAD_REQUEST);
+    ck_assert_int_eq(s_num("world"), 2);
+    ck_assert_int_eq(s_num("epoch"), 1);
+    ck_assert(s_complete());
+    /* Two resizes in a row: the second sees the first's epoch, forming. */
+    s_resize(8, "g", 3);
+    s_resize(9, "g", 4);
+    ck_assert_int_eq(fx_field(replies[8], "epoch"), 2);
+    ck_assert_str_eq(fx_error(9), RDZV_E_BAD_REQUEST);
+    ck_assert_int_eq(s_num("world"), 3);
+    fx_clear_replies();
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("core_resize");
+    TCase *tc = fx_tcase(s, "resize");
+    tcase_add_test(tc, test_grow_then_shrink);
+    tcase_add_test(tc, test_refusals);
+    return rdzv_check_run(s);
+}
