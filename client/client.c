@@ -300,6 +300,23 @@ RDZV_EXPORT int rdzv_heartbeat(rdzv_client_t *self, const char *group, int rank,
     return rdzv_heartbeat_serving(self, group, rank, epoch, -1, epoch_out);
 }
 
+/* Sends req (consumed) and reads the "epoch" of its reply into *epoch_out
+ * (may be NULL); what names the request in the error. */
+static int s_call_epoch(rdzv_client_t *self, cJSON *req, const char *what, int64_t *epoch_out)
+{
+    cJSON *reply;
+    int rc = s_call_short(self, req, &reply);
+    if (rc != RDZV_OK)
+        return rc;
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(reply, "epoch");
+    if (!cJSON_IsNumber(e))
+        rc = s_fail(self, RDZV_ERR_IO, "%s reply without an epoch", what);
+    else if (epoch_out)
+        *epoch_out = (int64_t) e->valuedouble;
+    cJSON_Delete(reply);
+    return rc;
+}
+
 RDZV_EXPORT int rdzv_heartbeat_serving(rdzv_client_t *self, const char *group, int rank,
                                        int64_t epoch, int serving, int64_t *epoch_out)
 {
@@ -314,17 +331,7 @@ RDZV_EXPORT int rdzv_heartbeat_serving(rdzv_client_t *self, const char *group, i
     req = s_built(req, req && cJSON_AddNumberToObject(req, "rank", rank)
                            && cJSON_AddStringToObject(req, "session", self->session)
                            && (serving < 0 || cJSON_AddBoolToObject(req, "serving", serving > 0)));
-    cJSON *reply;
-    rc = s_call_short(self, req, &reply);
-    if (rc != RDZV_OK)
-        return rc;
-    const cJSON *e = cJSON_GetObjectItemCaseSensitive(reply, "epoch");
-    if (!cJSON_IsNumber(e))
-        rc = s_fail(self, RDZV_ERR_IO, "heartbeat reply without an epoch");
-    else if (epoch_out)
-        *epoch_out = (int64_t) e->valuedouble;
-    cJSON_Delete(reply);
-    return rc;
+    return s_call_epoch(self, req, "heartbeat", epoch_out);
 }
 
 /* Copies the string field "value" of a kv reply (consumed) into *value_out. */
@@ -457,17 +464,7 @@ RDZV_EXPORT int rdzv_group_resize(rdzv_client_t *self, const char *group, int wo
         return s_fail(self, RDZV_ERR_USAGE, "world must be >= 1, not %d", world);
     cJSON *req = s_scoped(RDZV_OP_GROUP_RESIZE, group, -1);
     req = s_built(req, req && cJSON_AddNumberToObject(req, "world", world));
-    cJSON *reply;
-    rc = s_call_short(self, req, &reply);
-    if (rc != RDZV_OK)
-        return rc;
-    const cJSON *e = cJSON_GetObjectItemCaseSensitive(reply, "epoch");
-    if (!cJSON_IsNumber(e))
-        rc = s_fail(self, RDZV_ERR_IO, "group_resize reply without an epoch");
-    else if (epoch_out)
-        *epoch_out = (int64_t) e->valuedouble;
-    cJSON_Delete(reply);
-    return rc;
+    return s_call_epoch(self, req, "group_resize", epoch_out);
 }
 
 /* Checks what the caller passed to rdzv_join; RDZV_ERR_USAGE names the field. */

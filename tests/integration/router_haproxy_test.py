@@ -63,15 +63,10 @@ def main():
     agents = {}
 
     def status():
-        out = subprocess.run([rdzv, "status", "--json", "--server", d.endpoint, "--group", "g"],
-                             capture_output=True, text=True, timeout=20).stdout
-        return json.loads(out)["groups"][0]
+        return rdzvtest.group_status(rdzv, d.endpoint, "g")
 
     def until(pred, what, timeout=30):
-        t0 = time.monotonic()
-        got = rdzvtest.wait_for(lambda: (lambda s: s if pred(s) else None)(status()), what,
-                                timeout=timeout, step=0.1)
-        return got, time.monotonic() - t0
+        return rdzvtest.until_status(rdzv, d.endpoint, "g", pred, what, timeout)
 
     def agent(rank, *extra):
         return subprocess.Popen(

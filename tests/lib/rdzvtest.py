@@ -9,6 +9,7 @@ tests/*/meson.build passes env); a test imports what it needs.
     report.ok(cond, "name", why)      # or checks reported as they happen
     sys.exit(report.done())"""
 import argparse
+import json
 import os
 import re
 import signal
@@ -210,6 +211,21 @@ def http_status(url, token=None, timeout=2):
         return e.code
     except OSError:
         return 0
+
+
+def group_status(rdzv, endpoint, group):
+    """group's status object, as `rdzv status --json` prints it."""
+    out = subprocess.run([rdzv, "status", "--json", "--server", endpoint, "--group", group],
+                         capture_output=True, text=True, timeout=20).stdout
+    return json.loads(out)["groups"][0]
+
+
+def until_status(rdzv, endpoint, group, pred, what, timeout=30):
+    """Waits until pred(group's status) holds: (that status, seconds waited)."""
+    t0 = time.monotonic()
+    got = wait_for(lambda: (lambda s: s if pred(s) else None)(group_status(rdzv, endpoint, group)),
+                   what, timeout=timeout, step=0.1)
+    return got, time.monotonic() - t0
 
 
 def stop_agent(proc, timeout=20):
