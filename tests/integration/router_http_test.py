@@ -10,8 +10,9 @@ acceptance of it. Two ranks under `rdzv agent --router http://...` with
 counting engines (router_haproxy_test's): both registered as they turn
 serving; a worker the operator added by hand stays; a killed engine is
 removed; a wrong token (401), a router answering 500 and a router that is
-down are reported in status and rdzv_router_errors_total with the right
-reason and retried until the router is back, when it converges.
+down, and one too slow to answer are reported in status and
+rdzv_router_errors_total with the right reason and retried until the
+router is back, when it converges.
 Needs RDZVD, RDZV and RDZV_SHIM."""
 import http.server
 import json
@@ -39,6 +40,7 @@ class Router:
     def __init__(self):
         self.workers, self.calls, self.token = ["http://10.9.9.9:8000"], [], TOKEN
         self.status = 200
+        self.delay = 0         # seconds each answer waits: a slow router
         self.lock = threading.Lock()
         router = self
 
@@ -49,9 +51,13 @@ class Router:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass      # rdzvd gave up on a slow answer
 
             def handle_call(self):
+                time.sleep(router.delay)
                 url = urllib.parse.urlsplit(self.path)
                 worker = urllib.parse.parse_qs(url.query).get("url", [None])[0]
                 with router.lock:
@@ -190,7 +196,9 @@ def main():
                 ("a router answering 500", "server_error",
                  lambda: setattr(router, "status", 500),
                  lambda: setattr(router, "status", 200)),
-                ("a router that is down", "unreachable", router.down, router.up)):
+                ("a router that is down", "unreachable", router.down, router.up),
+                ("a router slower than rdzvd's 3 s", "timeout",
+                 lambda: setattr(router, "delay", 5), lambda: setattr(router, "delay", 0))):
             before = errors(reason)
             breaks()
             g, _ = until(lambda s: s.get("router_error"), "the error in status")

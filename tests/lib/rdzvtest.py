@@ -214,17 +214,22 @@ def http_status(url, token=None, timeout=2):
 
 
 def group_status(rdzv, endpoint, group):
-    """group's status object, as `rdzv status --json` prints it."""
-    out = subprocess.run([rdzv, "status", "--json", "--server", endpoint, "--group", group],
-                         capture_output=True, text=True, timeout=20).stdout
-    return json.loads(out)["groups"][0]
+    """group's status object, as `rdzv status --json` prints it; None while
+    rdzvd has no such group (not_found)."""
+    p = subprocess.run([rdzv, "status", "--json", "--server", endpoint, "--group", group],
+                       capture_output=True, text=True, timeout=20)
+    if p.returncode == 4 and "not_found" in p.stderr:
+        return None
+    check(p.returncode == 0, "rdzv status: exit %d: %s" % (p.returncode, p.stderr.strip()))
+    return json.loads(p.stdout)["groups"][0]
 
 
 def until_status(rdzv, endpoint, group, pred, what, timeout=30):
-    """Waits until pred(group's status) holds: (that status, seconds waited)."""
+    """Waits until the group exists and pred(its status) holds: (that status,
+    seconds waited)."""
     t0 = time.monotonic()
-    got = wait_for(lambda: (lambda s: s if pred(s) else None)(group_status(rdzv, endpoint, group)),
-                   what, timeout=timeout, step=0.1)
+    got = wait_for(lambda: (lambda s: s if s is not None and pred(s) else None)(
+        group_status(rdzv, endpoint, group)), what, timeout=timeout, step=0.1)
     return got, time.monotonic() - t0
 
 
