@@ -279,7 +279,8 @@ static const char *s_shim_path(const rdzv_agent_opts_t *opts)
     return RDZV_SHIM_INSTALL_PATH;
 }
 
-static void s_start_child(s_agent_t *self, const rdzv_assignment_t *a)
+/* argv run with the assignment's environment (CMD's); its pid, or -1. */
+static pid_t s_spawn(s_agent_t *self, const rdzv_assignment_t *a, char **argv)
 {
     char *text = rdzv_agent_cli_env(a, self->opts.server);
     rdzv_agent_child_env_t spec = {
@@ -289,11 +290,37 @@ static void s_start_child(s_agent_t *self, const rdzv_assignment_t *a)
     char **env = rdzv_agent_child_environ(&spec);
     free(text);
     if (!env)
-        { s_fatal(self, 1, "out of memory"); return; }
-    self->child = rdzv_agent_child_spawn(self->opts.cmd, env);
+        return -1;
+    pid_t pid = rdzv_agent_child_spawn(argv, env);
     rdzv_agent_child_environ_free(&env);
+    return pid;
+}
+
+static void s_start_child(s_agent_t *self, const rdzv_assignment_t *a)
+{
+    self->child = s_spawn(self, a, self->opts.cmd);
     if (self->child < 0)
-        s_fatal(self, 1, "cannot fork");
+        s_fatal(self, 1, "cannot start CMD");
+}
+
+/* --elastic: the group moved to a new epoch and CMD runs on; it is told
+ * with its signal and/or the hook command, which runs with the new
+ * epoch's environment (reaped with the other children, s_on_signal). */
+static void s_tell_engine(s_agent_t *self, const rdzv_assignment_t *a)
+{
+    int64_t epoch = rdzv_assignment_epoch(a);
+    if (self->opts.on_epoch_signal && self->child > 0) {
+        kill(self->child, self->opts.on_epoch_signal);
+        fprintf(stderr, "rdzv agent: epoch %lld (world %d): sent CMD signal %d\n",
+                (long long) epoch, rdzv_assignment_world(a), self->opts.on_epoch_signal);
+    }
+    if (self->opts.on_epoch_exec) {
+        char *argv[] = { "/bin/sh", "-c", (char *) self->opts.on_epoch_exec, NULL };
+        pid_t pid = s_spawn(self, a, argv);
+        fprintf(stderr, "rdzv agent: epoch %lld (world %d): %s --on-epoch-exec (pid %d)\n",
+                (long long) epoch, rdzv_assignment_world(a), pid > 0 ? "ran" : "cannot run",
+                (int) pid);
+    }
 }
 
 static void s_on_health(void *arg, int serving)
@@ -372,9 +399,12 @@ static void s_update(s_agent_t *self, const rdzv_assignment_t *a)
         s_fatal(self, RDZV_AGENT_EXIT_REFUSED, why);
         return;
     }
+    bool moved = self->epoch != rdzv_assignment_epoch(a);
     self->epoch = rdzv_assignment_epoch(a);
     rdzv_agent_serve_set_epoch(self->serve, self->epoch);
     s_write_env_file(self, a);
+    if (moved && self->opts.elastic)
+        s_tell_engine(self, a);
 }
 
 static void s_on_control(s_agent_t *self)
@@ -399,12 +429,19 @@ static void s_on_signal(s_agent_t *self)
     while (read(self->sig_fd, &si, sizeof si) == (ssize_t) sizeof si) {
         int sig = (int) si.ssi_signo;
         if (sig == SIGCHLD) {
+            /* CMD, or an --on-epoch-exec hook, which is only logged. */
             int status;
-            if (self->child > 0 && waitpid(self->child, &status, WNOHANG) == self->child) {
+            pid_t pid;
+            while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+                int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+                if (pid != self->child) {
+                    fprintf(stderr, "rdzv agent: --on-epoch-exec (pid %d) exited %d\n",
+                            (int) pid, code);
+                    continue;
+                }
                 self->child = 0;
                 self->done = true;
-                self->exit_code = WIFEXITED(status) ? WEXITSTATUS(status)
-                                                     : 128 + WTERMSIG(status);
+                self->exit_code = code;
             }
         } else if (self->child > 0) {
             /* With a router, the rank leaves it before its engine stops:

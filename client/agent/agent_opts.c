@@ -6,13 +6,15 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 enum { OPT_SHIM = 256, OPT_PORT_RANGE, OPT_ALLOW_UID, OPT_HEARTBEAT, OPT_RESERVE_WAIT,
-       OPT_HEALTH_PATH, OPT_HEALTH_INTERVAL, OPT_ROUTER, OPT_DRAIN_TIMEOUT };
+       OPT_HEALTH_PATH, OPT_HEALTH_INTERVAL, OPT_ROUTER, OPT_DRAIN_TIMEOUT, OPT_ELASTIC,
+       OPT_ON_EPOCH, OPT_ON_EPOCH_EXEC };
 
 static const struct option s_options[] = {
     { "server", required_argument, NULL, 's' },
@@ -32,6 +34,9 @@ static const struct option s_options[] = {
     { "health-interval", required_argument, NULL, OPT_HEALTH_INTERVAL },
     { "router", required_argument, NULL, OPT_ROUTER },
     { "drain-timeout", required_argument, NULL, OPT_DRAIN_TIMEOUT },
+    { "elastic", no_argument, NULL, OPT_ELASTIC },
+    { "on-epoch", required_argument, NULL, OPT_ON_EPOCH },
+    { "on-epoch-exec", required_argument, NULL, OPT_ON_EPOCH_EXEC },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
 };
@@ -43,6 +48,7 @@ void rdzv_agent_opts_usage(void)
            "                  [--heartbeat SEC] [--reserve-wait SEC] [--port-range BASE-LIMIT]\n"
            "                  [--shim PATH] [--allow-uid UID]... [--health-path PATH]\n"
            "                  [--health-interval SEC] [--router URL] [--drain-timeout SEC]\n"
+           "                  [--elastic [--on-epoch SIGNAL] [--on-epoch-exec SHELL-CMD]]\n"
            "                  [-- CMD ARGS...]\n"
            "Joins the group, keeps this rank's ports reserved and serves them to the\n"
            "LD_PRELOAD shim over the unix socket PATH (PATH.env holds the assignment).\n"
@@ -61,10 +67,15 @@ void rdzv_agent_opts_usage(void)
            "(HAProxy's admin socket). On SIGTERM the agent first says its engine no\n"
            "longer serves and waits up to --drain-timeout SEC (default %d) until the\n"
            "router has let this rank go, then passes the signal to CMD.\n"
+           "When the group moves to a new epoch (a rank restarted, or rdzv group\n"
+           "resize), the agent rewrites PATH.env with it; CMD runs on. With --elastic\n"
+           "CMD is also told: sent SIGNAL (--on-epoch, e.g. HUP or USR1) and/or\n"
+           "SHELL-CMD run by /bin/sh -c with the new epoch's environment\n"
+           "(--on-epoch-exec), so that an engine can take the new world in place.\n"
            "Environment: RDZV_SERVER RDZV_GROUP RDZV_WORLD RDZV_RANK RDZV_HOST RDZV_NODE\n"
            "RDZV_AGENT_SOCKET RDZV_PORT_RANGE (default %d-%d) RDZV_SHIM RDZV_HEARTBEAT\n"
            "RDZV_RESERVE_WAIT RDZV_HEALTH_PATH RDZV_HEALTH_INTERVAL RDZV_ROUTER\n"
-           "RDZV_DRAIN_TIMEOUT.\n"
+           "RDZV_DRAIN_TIMEOUT RDZV_ELASTIC (1) RDZV_ON_EPOCH RDZV_ON_EPOCH_EXEC.\n"
            "SIGTERM, SIGINT, SIGHUP and SIGQUIT go to CMD; without CMD they stop the agent.\n"
            "Exit: CMD's status (128+N for signal N), or 0 without CMD; 2 usage;\n"
            "3 first join timed out; 4 refused, or the group was deleted (heartbeat\n"
@@ -84,6 +95,22 @@ static int s_parse_int(const char *text, long lo, long hi, int *out)
         return -1;
     *out = (int) v;
     return 0;
+}
+
+int rdzv_agent_parse_signal(const char *text)
+{
+    static const struct { const char *name; int sig; } names[] = {
+        { "HUP", SIGHUP }, { "INT", SIGINT }, { "QUIT", SIGQUIT }, { "TERM", SIGTERM },
+        { "USR1", SIGUSR1 }, { "USR2", SIGUSR2 }, { "CONT", SIGCONT }, { "WINCH", SIGWINCH },
+    };
+    if (strncmp(text, "SIG", 3) == 0)
+        text += 3;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(text, names[i].name) == 0)
+            return names[i].sig;
+    int sig = 0;
+    return s_parse_int(text, 1, SIGRTMAX, &sig) == 0 && sig != SIGKILL && sig != SIGSTOP ? sig
+                                                                                       : -1;
 }
 
 int rdzv_agent_parse_range(const char *text, int *base, int *limit)
@@ -122,6 +149,11 @@ static void s_defaults(rdzv_agent_opts_t *o)
     if (o->router && !*o->router)
         o->router = NULL;
     o->drain_timeout_s = RDZV_AGENT_DEFAULT_DRAIN_TIMEOUT_S;
+    const char *v = getenv("RDZV_ELASTIC");
+    o->elastic = v && strcmp(v, "1") == 0;
+    o->on_epoch_exec = getenv("RDZV_ON_EPOCH_EXEC");
+    if (o->on_epoch_exec && !*o->on_epoch_exec)
+        o->on_epoch_exec = NULL;
     o->reserve_wait_s = RDZV_AGENT_DEFAULT_RESERVE_WAIT_S;
     o->range_base = RDZV_DEFAULT_PORT_BASE;
     o->range_limit = RDZV_DEFAULT_PORT_LIMIT;
@@ -171,6 +203,9 @@ static int s_env_overrides(rdzv_agent_opts_t *o, char *err, size_t errlen)
         if (s_int_opts[i].env && (v = getenv(s_int_opts[i].env)) && *v
             && s_set_int(o, &s_int_opts[i], v, err, errlen) < 0)
             return -1;
+    if ((v = getenv("RDZV_ON_EPOCH")) && *v && (o->on_epoch_signal = rdzv_agent_parse_signal(v)) <= 0)
+        return snprintf(err, errlen, "RDZV_ON_EPOCH must name a signal (HUP, USR1, SIGUSR2, 10, "
+                        "...), not '%s'", v), -1;
     if ((v = getenv(RDZV_PORT_RANGE_ENV)) && *v
         && rdzv_agent_parse_range(v, &o->range_base, &o->range_limit) < 0)
         return snprintf(err, errlen, "--port-range (or %s) must be BASE-LIMIT with "
@@ -193,6 +228,14 @@ static int s_option(rdzv_agent_opts_t *o, int c, const char *arg, char *err, siz
     case OPT_SHIM: o->shim_path = arg; return 0;
     case OPT_HEALTH_PATH: o->health_path = arg; return 0;
     case OPT_ROUTER: o->router = arg; return 0;
+    case OPT_ELASTIC: o->elastic = true; return 0;
+    case OPT_ON_EPOCH_EXEC: o->on_epoch_exec = arg; return 0;
+    case OPT_ON_EPOCH:
+        if ((o->on_epoch_signal = rdzv_agent_parse_signal(arg)) > 0)
+            return 0;
+        snprintf(err, errlen, "--on-epoch (or RDZV_ON_EPOCH) must name a signal (HUP, USR1, "
+                 "SIGUSR2, 10, ...), not '%s'", arg);
+        return -1;
     case 'h': o->help = true; return 0;
     case OPT_PORT_RANGE:
         if (rdzv_agent_parse_range(arg, &o->range_base, &o->range_limit) == 0)
@@ -232,6 +275,11 @@ static int s_check(const rdzv_agent_opts_t *o, char *err, size_t errlen)
     char why[400];
     if (o->router && rdzv_router_url_parse(o->router, &url, why, sizeof why) < 0)
         return snprintf(err, errlen, "--router (or RDZV_ROUTER): %s", why), -1;
+    if ((o->on_epoch_signal || o->on_epoch_exec) && !o->elastic)
+        return snprintf(err, errlen, "--on-epoch and --on-epoch-exec tell an engine of an epoch "
+                        "move: they need --elastic"), -1;
+    if (o->on_epoch_signal && !o->cmd)
+        return snprintf(err, errlen, "--on-epoch signals CMD: it needs -- CMD"), -1;
     if (o->router && o->health_interval_s == 0)
         return snprintf(err, errlen, "--router needs health checks: rdzvd registers a rank "
                         "once its engine serves (--health-interval is 0)"), -1;

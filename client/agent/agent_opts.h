@@ -28,6 +28,11 @@ typedef struct {
     int health_interval_s;     /* 0: no health checks */
     const char *router;        /* the group's router (router_url.h), NULL for none */
     int drain_timeout_s;       /* on SIGTERM, wait this long for the router to let go */
+    /* --elastic: on an epoch move CMD keeps running and is told: sent
+     * on_epoch_signal (0: none) and/or on_epoch_exec is run (NULL: none). */
+    bool elastic;
+    int on_epoch_signal;
+    const char *on_epoch_exec;
     int reserve_wait_s;        /* how long a plan port may stay in TIME_WAIT */
     int range_base;
     int range_limit;
@@ -43,6 +48,9 @@ int rdzv_agent_opts_parse(rdzv_agent_opts_t *opts, int argc, char **argv,
                           char *err, size_t errlen);
 /* Parses "BASE-LIMIT"; returns 0 or -1. */
 int rdzv_agent_parse_range(const char *text, int *base, int *limit);
+/* A signal by name (HUP, SIGUSR1, ...) or number; -1 when it is neither (or
+ * KILL or STOP, which no engine can act on). */
+int rdzv_agent_parse_signal(const char *text);
 void rdzv_agent_opts_usage(void);
 
 #endif

@@ -5,7 +5,10 @@ mode, as in a Pod): a formed world-2 group grows to 3 and shrinks back to
 (their agents were started with --world 2), the new rank joins with
 --world 3, and every agent's PATH.env ends with the new epoch and world;
 at the shrink the rank past the world is told it is no longer in the group
-(its agent exits 4 and lets its ports go). Resizes that make no sense are
+(its agent exits 4 and lets its ports go). Rank 0's agent runs its engine
+as CMD with --elastic: the engine runs on through both resizes, and is
+told of each new epoch by its --on-epoch signal and its --on-epoch-exec
+hook, which sees the new epoch and world. Resizes that make no sense are
 refused and change nothing. One line per check (rdzvtest). Needs RDZVD and
 RDZV."""
 import json
@@ -25,6 +28,17 @@ def read_env(path):
         return {}
 
 
+# The elastic engine: writes its pid, then a line per SIGUSR1 it gets.
+ENGINE = r"""
+import os, signal, sys, time
+out = open(sys.argv[1], "a", buffering=1)
+out.write("pid %d\n" % os.getpid())
+signal.signal(signal.SIGUSR1, lambda *a: out.write("usr1\n"))
+while True:
+    time.sleep(1)
+"""
+
+
 def main():
     rdzvd, rdzv = os.environ["RDZVD"], os.environ["RDZV"]
     tmp = tempfile.TemporaryDirectory()
@@ -34,12 +48,15 @@ def main():
     report = rdzvtest.Report()
     agents = {}
 
-    def agent(rank, world):
+    engine_log = os.path.join(tmp.name, "engine.log")
+    hook_log = os.path.join(tmp.name, "hook.log")
+
+    def agent(rank, world, *cmd):
         sock = os.path.join(tmp.name, "a%d.sock" % rank)
         agents[rank] = subprocess.Popen(
             [rdzv, "agent", "--server", d.endpoint, "--group", "g", "--world", str(world),
              "--rank", str(rank), "--host", "127.0.0.1", "--node", "n", "--socket", sock,
-             "--port-range", "%d-%d" % (base, base + 1024), "--heartbeat", "1"],
+             "--port-range", "%d-%d" % (base, base + 1024), "--heartbeat", "1", *cmd],
             stdout=subprocess.DEVNULL,
             stderr=open(os.path.join(tmp.name, "agent%d.log" % rank), "w"))
         return sock + ".env"
@@ -54,7 +71,10 @@ def main():
         return json.loads(out)["groups"][0]
 
     try:
-        envs = [agent(0, 2), agent(1, 2)]
+        envs = [agent(0, 2, "--elastic", "--on-epoch", "USR1", "--on-epoch-exec",
+                      'echo "$RDZV_EPOCH $RDZV_WORLD" >> ' + hook_log, "--",
+                      sys.executable, "-c", ENGINE, engine_log),
+                agent(1, 2)]
         rdzvtest.wait_for(lambda: all(read_env(e).get("RDZV_EPOCH") == "1" for e in envs),
                           "epoch 1 formed", timeout=30)
         before = [read_env(e)["RDZV_PORTS"] for e in envs]
@@ -72,6 +92,13 @@ def main():
                   "grown to 3: ranks 0 and 1 rejoined by themselves with their plans, rank 2 "
                   "joined with its own; every PATH.env says world 3, epoch 2",
                   [(a["RDZV_WORLD"], a["RDZV_EPOCH"], a["RDZV_PORTS"][:20]) for a in after])
+        rdzvtest.wait_for(lambda: os.path.exists(hook_log) and "2 3" in open(hook_log).read(),
+                          "the --on-epoch-exec hook of epoch 2", timeout=10)
+        lines = open(engine_log).read().split()
+        report.ok(lines.count("pid") == 1 and lines.count("usr1") == 1
+                  and agents[0].poll() is None,
+                  "--elastic: rank 0's engine ran on through the resize, got its USR1 once, and "
+                  "the hook saw epoch 2, world 3", (lines, open(hook_log).read()))
 
         p = group("resize", "--world", "2")
         code = agents[2].wait(timeout=30)
@@ -86,6 +113,19 @@ def main():
                   "shrunk to 2: rank 2's agent is told it is no longer in the group and exits 4, "
                   "its env file gone; ranks 0 and 1 form epoch 3 of world 2",
                   (p.stdout, code, log[-300:], g["world"], g["complete"]))
+        rdzvtest.wait_for(lambda: "3 2" in open(hook_log).read(), "the hook of epoch 3",
+                          timeout=10)
+        lines = open(engine_log).read().split()
+        report.ok(lines.count("pid") == 1 and lines.count("usr1") == 2,
+                  "... and through the shrink: still the one engine, told again (epoch 3, "
+                  "world 2)", (lines, open(hook_log).read()))
+        for args, why in ((["--on-epoch", "USR1"], "need --elastic"),
+                          (["--elastic", "--on-epoch", "KILL"], "must name a signal")):
+            p = subprocess.run([rdzv, "agent", "--server", d.endpoint, "--group", "x", "--world",
+                                "1", "--rank", "0", "--socket", os.path.join(tmp.name, "x.sock"),
+                                *args, "--", "true"], capture_output=True, text=True, timeout=20)
+            report.ok(p.returncode == 2 and why in p.stderr,
+                      "rdzv agent %s: usage error (exit 2)" % " ".join(args), p.stderr)
 
         for args, want, why in (
                 (["resize", "--world", "0"], 2, "world 0: usage error"),
