@@ -45,6 +45,8 @@ static int s_parse_http(const char *url, const char *rest, rdzv_router_url_t *ou
             return s_fail(err, errlen, "has a malformed [IPv6] host", url);
         colon = close + 1 < rest + host_len ? close + 1 : NULL;
     }
+    if (colon == rest)
+        return s_fail(err, errlen, "names no host", url);
     if (colon) {
         const char *p = colon + 1;
         long port = 0;

@@ -85,7 +85,7 @@ START_TEST(test_refused)
         "\"haproxy:///run/h.sock#bad name\"",
         /* Climbing out of an allowed directory, or an empty segment. */
         "\"haproxy:///run/h.sock/../x.sock#b\"", "\"haproxy:///run//h.sock#b\"",
-        "\"http://router:8000/./x\"", "\"http://router:8000/a/..\"",
+        "\"http://router:8000/./x\"", "\"http://router:8000/a/..\"", "\"http://:8000\"",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         s_join_via(1, 1, 0, bad[i]);
