@@ -155,6 +155,28 @@ static void s_drain(rdzv_agent_control_t *self, rdzv_client_t *client, int64_t e
     self->drained = true;
     pthread_cond_broadcast(&self->wake);
     pthread_mutex_unlock(&self->lock);
+    s_notify(self);
+}
+
+void rdzv_agent_control_drain_start(rdzv_agent_control_t *self, int timeout_ms)
+{
+    pthread_mutex_lock(&self->lock);
+    if (!self->draining) {
+        self->draining = true;
+        self->serving = 0;
+        self->poke = true;
+        self->drain_deadline_ms = s_now_ms() + timeout_ms;
+        pthread_cond_broadcast(&self->wake);
+    }
+    pthread_mutex_unlock(&self->lock);
+}
+
+bool rdzv_agent_control_drained(rdzv_agent_control_t *self)
+{
+    pthread_mutex_lock(&self->lock);
+    bool drained = self->drained;
+    pthread_mutex_unlock(&self->lock);
+    return drained;
 }
 
 bool rdzv_agent_control_drain(rdzv_agent_control_t *self, int timeout_ms)
@@ -163,12 +185,8 @@ bool rdzv_agent_control_drain(rdzv_agent_control_t *self, int timeout_ms)
     /* A second more than the thread's own deadline: it may be inside a
      * request when the drain is asked for. */
     rdzv_timespec_after(CLOCK_MONOTONIC, timeout_ms + 1000, &until);
+    rdzv_agent_control_drain_start(self, timeout_ms);
     pthread_mutex_lock(&self->lock);
-    self->draining = true;
-    self->serving = 0;
-    self->poke = true;
-    self->drain_deadline_ms = s_now_ms() + timeout_ms;
-    pthread_cond_broadcast(&self->wake);
     while (!self->drained && !self->stop && self->exit_code == 0)
         if (pthread_cond_timedwait(&self->wake, &self->lock, &until) == ETIMEDOUT)
             break;

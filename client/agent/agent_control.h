@@ -47,8 +47,14 @@ void rdzv_agent_control_rejoin(rdzv_agent_control_t *self);
  * thread. */
 void rdzv_agent_control_set_serving(rdzv_agent_control_t *self, int serving);
 /* A graceful stop: from now on the heartbeats say the engine does not
- * serve (whatever its health), and this waits until rdzvd says the group's
- * router no longer lists this rank, or timeout_ms. Whether it did. */
+ * serve (whatever its health), and the thread watches rdzvd's status until
+ * the group's router no longer lists this rank, or timeout_ms; then
+ * rdzv_agent_control_drained says so and the descriptor becomes readable.
+ * A drain asked for again goes on as it was. */
+void rdzv_agent_control_drain_start(rdzv_agent_control_t *self, int timeout_ms);
+bool rdzv_agent_control_drained(rdzv_agent_control_t *self);
+/* The same, waiting for its end (or a second past timeout_ms); whether it
+ * ended. */
 bool rdzv_agent_control_drain(rdzv_agent_control_t *self, int timeout_ms);
 
 #endif

@@ -24,6 +24,7 @@
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define AGENT_MAX_POLL (RDZV_AGENT_MAX_CONNS + 4)
@@ -50,10 +51,45 @@ typedef struct {
     rdzv_agent_progress_t *progress;  /* until the first assignment */
     bool done;
     int exit_code;
-    bool drained;              /* SIGTERM's drain is done: a second SIGTERM goes at once */
+    /* A drain (SIGTERM with --router, or PATH.drain) runs beside the loop:
+     * at its end, or at drain_until_ms if rdzvd never answers, the signal
+     * held back goes to CMD and PATH.drain goes. */
+    bool draining, drained;
+    int drain_signal;          /* held back until the drain's end; 0: none */
+    bool drain_file;           /* PATH.drain asked for it */
+    int64_t drain_until_ms;
 } s_agent_t;
 
 #define S_FAREWELL_MS 1000
+
+static int64_t s_mono_ms(void)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t) now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+static void s_drain_start(s_agent_t *self)
+{
+    if (self->draining || self->drained)
+        return;
+    self->draining = true;
+    self->drain_until_ms = s_mono_ms() + self->opts.drain_timeout_s * 1000 + 1000;
+    rdzv_agent_control_drain_start(self->control, self->opts.drain_timeout_s * 1000);
+}
+
+/* The drain is over (or its time is): what waited for it goes on. */
+static void s_drain_end(s_agent_t *self)
+{
+    self->draining = false;
+    self->drained = true;
+    if (self->drain_signal && self->child > 0)
+        kill(self->child, self->drain_signal);
+    self->drain_signal = 0;
+    if (self->drain_file)
+        rdzv_agent_drain_watch_done(self->drain_watch);
+    self->drain_file = false;
+}
 
 static void s_fatal(s_agent_t *self, int code, const char *why)
 {
@@ -414,6 +450,8 @@ static void s_on_control(s_agent_t *self)
     rdzv_assignment_t *a = rdzv_agent_control_take(self->control, &code, err, sizeof err);
     if (code)
         { s_fatal(self, code, err); return; }
+    if (self->draining && rdzv_agent_control_drained(self->control))
+        s_drain_end(self);
     if (!a)
         return;
     if (!self->serve)
@@ -445,11 +483,15 @@ static void s_on_signal(s_agent_t *self)
             }
         } else if (self->child > 0) {
             /* With a router, the rank leaves it before its engine stops:
-             * requests in flight finish, no new one is sent there. */
-            if (sig == SIGTERM && self->opts.router && !self->drained) {
-                self->drained = true;
-                rdzv_agent_control_drain(self->control, self->opts.drain_timeout_s * 1000);
+             * requests in flight finish, no new one is sent there. The
+             * SIGTERM waits for the drain's end; a second one goes at once. */
+            if (sig == SIGTERM && self->opts.router && !self->drained && !self->drain_signal) {
+                self->drain_signal = sig;
+                s_drain_start(self);
+                continue;
             }
+            if (sig == self->drain_signal)
+                self->drain_signal = 0;
             kill(self->child, sig);
         } else {
             self->done = true;
@@ -509,16 +551,18 @@ static bool s_retake_locks(s_agent_t *self)
 
 /* PATH.drain appeared (agent_drain.h): the engine is about to stop. The
  * heartbeats say it no longer serves, the router lets the rank go, then
- * the file goes, which the engine's stop hook waits for. The agent serves
- * nothing else meanwhile, up to --drain-timeout. */
+ * the file goes, which the engine's stop hook waits for; the agent serves
+ * its shims meanwhile. */
 static void s_on_drain_file(s_agent_t *self)
 {
-    if (!rdzv_agent_drain_watch_asked(self->drain_watch))
+    if (!rdzv_agent_drain_watch_asked(self->drain_watch) || self->drain_file)
         return;
     fprintf(stderr, "rdzv agent: %s asks for a drain\n", self->opts.socket_path);
-    rdzv_agent_control_drain(self->control, self->opts.drain_timeout_s * 1000);
-    self->drained = true;
-    rdzv_agent_drain_watch_done(self->drain_watch);
+    self->drain_file = true;
+    if (self->drained)
+        s_drain_end(self);           /* drained already: the file goes at once */
+    else
+        s_drain_start(self);
 }
 
 static void s_loop(s_agent_t *self)
@@ -537,8 +581,17 @@ static void s_loop(s_agent_t *self)
         if (self->serve)
             n += rdzv_agent_serve_pollfds(self->serve, pfd + n, AGENT_MAX_POLL - n);
         nlocks = s_lock_pollfds(self, pfd + n);
-        /* A lock still squatted is tried again every second. */
+        /* A lock still squatted is tried again every second; a drain
+         * rdzvd never answers ends at its own time. */
         int timeout = s_retake_locks(self) ? RETAKE_LOCK_MS : -1;
+        if (self->draining) {
+            int64_t left = self->drain_until_ms - s_mono_ms();
+            if (left <= 0) {
+                s_drain_end(self);
+                continue;
+            }
+            timeout = timeout < 0 || left < timeout ? (int) left : timeout;
+        }
         if (poll(pfd, n + nlocks, timeout) < 0) {
             if (errno == EINTR)
                 continue;
@@ -718,7 +771,8 @@ int rdzv_agent_main(int argc, char **argv)
     /* CMD ended: rdzvd hears at once that this rank's engine no longer
      * serves (and its router, if any, drops it), rather than serving on
      * until --dead-after. A second is all it waits for. */
-    if (self.opts.cmd && self.child == 0 && self.opts.health_interval_s > 0 && !self.drained)
+    if (self.opts.cmd && self.child == 0 && self.opts.health_interval_s > 0 && !self.drained
+        && !self.draining)
         rdzv_agent_control_drain(self.control, S_FAREWELL_MS);
     if (self.child > 0) {
         kill(self.child, SIGTERM);

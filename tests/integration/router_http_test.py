@@ -98,6 +98,8 @@ class Router:
             self.thread.start()
 
     def down(self):
+        if self.thread is None:
+            return
         self.server.shutdown()
         self.server.server_close()
         self.thread = None
@@ -217,6 +219,21 @@ def main():
                       "%s: status says so, rdzv_router_errors_total{reason=\"%s\"} counts it, "
                       "another group's join goes through; healed, the rank is added back "
                       "(%.1f s)" % (what, reason, took), (g, join.stderr))
+
+        # A drain the router cannot answer (it is down) waits its
+        # --drain-timeout (5 s); a second SIGTERM cuts it short.
+        router.down()
+        t0 = time.monotonic()
+        agents[0].send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        first = agents[0].poll()
+        agents[0].send_signal(signal.SIGTERM)
+        code = agents[0].wait(timeout=20)
+        took = time.monotonic() - t0
+        report.ok(first is None and code == 128 + signal.SIGTERM and took < 3,
+                  "SIGTERM with the router down: the agent drains (still running 0.5 s later); "
+                  "a second SIGTERM stops the engine at once (%.1f s, not the 5 s drain)" % took,
+                  (first, code))
     except rdzvtest.Fail as e:
         report.ok(False, str(e))
     finally:
