@@ -159,7 +159,8 @@ static int s_apply_kv(rdzv_state_t *self, rdzv_group_t *g, const rdzv_record_t *
     return 0;
 }
 
-/* A rank a resize drops: its plan block goes back, its strings' bytes too. */
+/* A rank a resize drops: its strings' bytes go back (its plan blocks go
+ * in s_apply_resize, on every node). */
 typedef struct {
     rdzv_state_t *state;
     rdzv_group_t *group;
@@ -168,7 +169,7 @@ typedef struct {
 static void s_drop_member(void *arg, const rdzv_member_t *m, int rank)
 {
     s_resize_t *c = arg;
-    rdzv_plans_forget(c->state->plans, m->node, c->group->name, rank);
+    (void) rank;
     uint64_t bytes = rdzv_member_text_bytes(m->host, m->node, m->session);
     c->group->member_bytes -= bytes;
     c->state->member_bytes -= bytes;
@@ -186,6 +187,7 @@ static int s_apply_resize(rdzv_state_t *self, rdzv_group_t *g, const rdzv_record
     s_resize_t ctx = { self, g };
     if (rdzv_group_set_world(g, (int) world, s_drop_member, &ctx) < 0)
         return -1;
+    rdzv_plans_release_ranks(self->plans, g->name, (int) world);
     self->ranks += world - old;
     rdzv_record_t epoch = { .kind = RDZV_REC_EPOCH, .group = rec->group,
                             .u.complete.epoch = rec->u.resize.epoch };

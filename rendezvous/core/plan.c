@@ -242,6 +242,23 @@ int rdzv_plans_release_group(rdzv_plans_t *self, const char *group)
     return released;
 }
 
+int rdzv_plans_release_ranks(rdzv_plans_t *self, const char *group, int first)
+{
+    int released = 0;
+    for (s_node_t *n = zhashx_first(self->nodes); n; n = zhashx_next(self->nodes)) {
+        size_t kept = 0;
+        for (size_t i = 0; i < n->n; i++) {
+            if (n->blocks[i].rank >= first && streq(n->blocks[i].group->name, group)) {
+                s_name_unref(self, n->blocks[i].group);
+                released++;
+            } else
+                n->blocks[kept++] = n->blocks[i];
+        }
+        n->n = kept;
+    }
+    return released;
+}
+
 void rdzv_plans_forget(rdzv_plans_t *self, const char *node, const char *group, int rank)
 {
     s_node_t *n = zhashx_lookup(self->nodes, node);

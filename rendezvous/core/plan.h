@@ -40,6 +40,9 @@ int rdzv_plans_place(rdzv_plans_t *self, rdzv_plan_node_t *node, const char *gro
 void rdzv_plans_prefetch(const rdzv_plan_node_t *node, bool blocks);
 /* Frees every block of group on every node; returns how many. */
 int rdzv_plans_release_group(rdzv_plans_t *self, const char *group);
+/* The same for group's ranks first and above only, on every node (a rank
+ * that moved node keeps a block on the old one too): a shrink. */
+int rdzv_plans_release_ranks(rdzv_plans_t *self, const char *group, int first);
 /* Drops the block of (group, rank) on node, if any: undoes a record. */
 void rdzv_plans_forget(rdzv_plans_t *self, const char *node, const char *group, int rank);
 /* Calls fn for every block of group, on every node (node valid during the call only). */

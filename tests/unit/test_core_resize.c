@@ -7,6 +7,7 @@
 #include "check_run.h"
 #include <check.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core_fixture.h"
 
@@ -144,11 +145,55 @@ START_TEST(test_refusals)
 }
 END_TEST
 
+/* A rank that moved node holds a block on both; a shrink past it frees
+ * both, and a compaction then writes a journal that loads again (a block of
+ * a rank past the world would not apply). */
+START_TEST(test_shrink_after_a_move)
+{
+    rdzv_config_t cfg = fx_config();
+    cfg.compact_bytes = 1;                    /* compact whenever it can */
+    fx_reopen_cfg(cfg);
+    fx_join(0, "g", 3, 0, "n0", "s0");
+    fx_join(1, "g", 3, 1, "n0", "s1");
+    fx_join(2, "g", 3, 2, "n0", "s2");
+    fx_collect();
+    fx_clear_replies();
+    /* Rank 2 comes back on another node (its Pod rescheduled). */
+    fx_send(3, "{\"v\":1,\"id\":3,\"op\":\"join\",\"group\":\"g\",\"world\":3,\"rank\":2,"
+            "\"host\":\"10.0.0.2\",\"node\":\"n1\",\"session\":\"s2b\",\"timeout_ms\":5000,"
+            "\"replace\":true}");
+    fx_join(4, "g", 3, 0, "n0", "s0");
+    fx_join(5, "g", 3, 1, "n0", "s1");
+    ck_assert_int_eq(fx_field(fx_assignment(3), "epoch"), 2);
+    fx_clear_replies();
+    s_resize(6, "g", 2);
+    ck_assert_int_eq(fx_field(replies[6], "epoch"), 3);
+    fx_join(7, "g", 3, 0, "n0", "s0");
+    fx_join(8, "g", 3, 1, "n0", "s1");
+    ck_assert_ptr_nonnull(fx_assignment(7));
+    for (int i = 0; core->compaction && i < 5000; i++) {
+        usleep(1000);
+        ck_assert_int_eq(drive_commit(core, now, NULL, NULL), 0);
+    }
+    ck_assert_uint_ge(core->metrics.compactions, 1);
+    fx_clear_replies();
+    fx_reopen_cfg(cfg);                        /* loads: nothing of rank 2 is left */
+    ck_assert_int_eq(s_num("world"), 2);
+    ck_assert_int_eq(s_num("epoch"), 3);
+    ck_assert_int_eq(s_plan(2), -1);
+    /* Both of rank 2's blocks are free: a group on n1 gets n1's first. */
+    fx_join(9, "h", 1, 0, "n1", "t0");
+    ck_assert_int_eq(fx_field(fx_assignment(9), "master_port"), 19500);
+    fx_clear_replies();
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("core_resize");
     TCase *tc = fx_tcase(s, "resize");
     tcase_add_test(tc, test_grow_then_shrink);
     tcase_add_test(tc, test_refusals);
+    tcase_add_test(tc, test_shrink_after_a_move);
     return rdzv_check_run(s);
 }
