@@ -171,6 +171,18 @@ void rdzv_agent_control_drain_start(rdzv_agent_control_t *self, int timeout_ms)
     pthread_mutex_unlock(&self->lock);
 }
 
+void rdzv_agent_control_undrain(rdzv_agent_control_t *self)
+{
+    pthread_mutex_lock(&self->lock);
+    if (!self->draining || self->drained) {
+        self->draining = self->drained = false;
+        self->serving = -1;
+        self->poke = true;
+        pthread_cond_broadcast(&self->wake);
+    }
+    pthread_mutex_unlock(&self->lock);
+}
+
 bool rdzv_agent_control_drained(rdzv_agent_control_t *self)
 {
     pthread_mutex_lock(&self->lock);
@@ -240,6 +252,9 @@ static int64_t s_join(rdzv_agent_control_t *self, rdzv_client_t *client, bool fi
         int rc = rdzv_join(client, &args, &a);
         if (rc == RDZV_OK) {
             int64_t epoch = rdzv_assignment_epoch(a);
+            /* The group's world, which a resize may have changed: a later
+             * join under a new session (a replaced engine) must say it. */
+            self->args.join.world = rdzv_assignment_world(a);
             fprintf(stderr, "rdzv agent: group %s rank %d: epoch %lld\n",
                     self->args.join.group, self->args.join.rank, (long long) epoch);
             s_publish(self, &a);

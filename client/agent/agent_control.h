@@ -53,6 +53,10 @@ void rdzv_agent_control_set_serving(rdzv_agent_control_t *self, int serving);
  * A drain asked for again goes on as it was. */
 void rdzv_agent_control_drain_start(rdzv_agent_control_t *self, int timeout_ms);
 bool rdzv_agent_control_drained(rdzv_agent_control_t *self);
+/* The drained engine is gone and another may come (sidecar mode): the
+ * heartbeats say what its health checks say again. A drain still running
+ * is left to end. */
+void rdzv_agent_control_undrain(rdzv_agent_control_t *self);
 /* The same, waiting for its end (or a second past timeout_ms); whether it
  * ended. */
 bool rdzv_agent_control_drain(rdzv_agent_control_t *self, int timeout_ms);

@@ -509,6 +509,14 @@ static void s_on_signal(s_agent_t *self)
  * every other rank's engine again, without end. */
 static void s_on_engine_gone(s_agent_t *self, int64_t started_epoch)
 {
+    /* A drain was for that engine (its stop hook's): the next one starts
+     * undrained, and is registered again once it serves. */
+    if (self->draining)
+        s_drain_end(self);
+    if (self->drained) {
+        rdzv_agent_control_undrain(self->control);
+        self->drained = false;
+    }
     int64_t now = self->epoch;
     if (started_epoch < now) {
         fprintf(stderr, "rdzv agent: the engine of epoch %lld has gone; its ports return to "

@@ -247,7 +247,10 @@ static s_join_rule_t s_join_rule(const rdzv_batch_t *self, const rdzv_group_t *g
      * still says the world it was started with: the group's is the one
      * that counts, and the assignment tells it. */
     bool resumes = m && strcmp(m->session, req->session) == 0;
-    if (g->world != req->world && !resumes)
+    /* ... while the group forms, or before the rank joined its epoch: a
+     * process started with another world that resumes its session in a
+     * formed group it was never resized in is refused. */
+    if (g->world != req->world && !(resumes && (m->epoch < g->epoch || !g->complete)))
         return s_alive(self, g) ? S_JOIN_WORLD_MISMATCH : S_JOIN_RESIZES_GROUP;
     bool in_epoch = m && m->epoch == g->epoch;
     if (resumes) {
@@ -461,6 +464,10 @@ static void s_handle_heartbeat(rdzv_batch_t *self, const rdzv_peer_t *peer,
         return;
     }
     m->last_seen_ms = g->heard_ms = self->now_ms;
+    /* "Not serving" holds whatever epoch it comes from: a draining agent
+     * still on an old epoch must not stay registered until it rejoins. */
+    if (req->serving == RDZV_HEALTH_DOWN)
+        m->health = RDZV_HEALTH_DOWN;
     if (!s_epoch_ok(self, peer, g, req->epoch))
         return;
     /* Only the engine of the group's epoch counts (s_epoch_ok said so). */

@@ -263,6 +263,22 @@ def main():
                       "PATH.drain created (a stop hook's request): the rank leaves HAProxy and "
                       "the file goes %.1f s later, while the engine still runs" % took,
                       (hap.servers(), log[-400:]))
+            # The drained engine goes (its container restarts): the next
+            # one, of the epoch the agent joins then, is registered again.
+            engine.terminate()
+            engine.wait(timeout=20)
+            rdzvtest.wait_for(lambda: os.path.exists(sock + ".env") and "RDZV_EPOCH=2"
+                              in open(sock + ".env").read(), "the sidecar's epoch 2", timeout=30)
+            env.update(l.split("=", 1) for l in open(sock + ".env").read().splitlines()
+                       if "=" in l and not l.startswith("#"))
+            engine = subprocess.Popen([sys.executable, "-c", ENGINE], env=env)
+            rdzvtest.wait_for(lambda: server_name("side", 0) in hap.servers(),
+                              "the next engine registered", timeout=30, step=0.1)
+            got = hap.servers().get(server_name("side", 0))
+            report.ok(got and got[0] == "127.0.0.1:" + env["RDZV_PORT_API"]
+                      and got[1] not in ("MAINT", "DRAIN"),
+                      "the drained engine restarts: the agent is no longer drained, and the "
+                      "next engine is registered again", got)
         finally:
             engine.terminate()
             engine.wait(timeout=20)

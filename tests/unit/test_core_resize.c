@@ -71,8 +71,13 @@ START_TEST(test_grow_then_shrink)
     /* The old ranks' heartbeats of epoch 1: stale_epoch; they rejoin with
      * the world they were started with and keep their plans. */
     fx_send(3, "{\"v\":1,\"op\":\"heartbeat\",\"group\":\"g\",\"rank\":0,\"session\":\"s0\","
-            "\"epoch\":1}");
+            "\"epoch\":1,\"serving\":false}");
     ck_assert_str_eq(fx_error(3), RDZV_E_STALE_EPOCH);
+    /* ... and "not serving" counts even so (a draining agent's). */
+    cJSON *st = s_status();
+    ck_assert(cJSON_IsFalse(cJSON_GetObjectItem(
+        cJSON_GetArrayItem(cJSON_GetObjectItem(st, "members"), 0), "serving")));
+    cJSON_Delete(st);
     fx_join(4, "g", 2, 0, "n0", "s0");
     fx_join(5, "g", 2, 1, "n0", "s1");
     ck_assert_ptr_null(replies[4]);               /* waiting for rank 2 */
@@ -128,6 +133,10 @@ START_TEST(test_refusals)
     ck_assert_str_eq(fx_error(4), RDZV_E_BAD_WORLD);
     s_resize(5, "g", 1 << 30);
     ck_assert_str_eq(fx_error(5), RDZV_E_BAD_WORLD);
+    /* A process started with another world resuming its session in the
+     * formed group: that world's, refused. */
+    fx_join(10, "g", 8, 0, "n0", "s0");
+    ck_assert_str_eq(fx_error(10), RDZV_E_WORLD_MISMATCH);
     s_resize(6, "nosuch", 2);
     ck_assert_str_eq(fx_error(6), RDZV_E_NOT_FOUND);
     fx_send(7, "{\"v\":1,\"op\":\"group_resize\",\"group\":\"g\",\"world\":\"3\"}");
