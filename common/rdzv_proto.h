@@ -78,6 +78,19 @@ static inline int rdzv_probe_offset(int ports_per_rank)
     return ports_per_rank >= RDZV_PROBE_OFFSET + 2 ? RDZV_PROBE_OFFSET : RDZV_ROLE_API + 1;
 }
 
+/* The group's store and DP RPC ports alternate between two places in rank
+ * 0's plan, P and P+1 in odd epochs, P+3 and P+4 in even ones, so that a
+ * new epoch (a resize above all) binds its bootstrap ports while the last
+ * epoch's are still held: an elastic engine tearing its old groups down, a
+ * store's port in TIME_WAIT. Both places are inside the ten ports vLLM's
+ * scans skip. Plans too short for that keep P and P+1. */
+#define RDZV_ROLE_ALT_SHIFT       3
+
+static inline int rdzv_role_shift(int ports_per_rank, long long epoch)
+{
+    return ports_per_rank >= RDZV_PROBE_OFFSET + 2 && epoch % 2 == 0 ? RDZV_ROLE_ALT_SHIFT : 0;
+}
+
 /* A rank's engine as its agent's health checks see it (the heartbeat's
  * "serving"): not said yet, answering 200, or not. */
 #define RDZV_HEALTH_UNKNOWN       0

@@ -69,7 +69,9 @@ static rdzv_shared_t *s_shared(const rdzv_state_t *st, rdzv_group_t *g, bool wit
     cJSON_AddNumberToObject(a, "epoch", (double) g->epoch);
     cJSON_AddNumberToObject(a, "world", g->world);
     cJSON_AddStringToObject(a, "master_addr", rdzv_group_at(g, 0)->host);
-    cJSON_AddNumberToObject(a, "master_port", s_port_start(st, g, 0));
+    cJSON_AddNumberToObject(a, "master_port", s_port_start(st, g, 0)
+                                              + rdzv_role_shift(rdzv_plans_ports_per_rank(st->plans),
+                                                                g->epoch));
     int range[2] = { st->cfg->port_base, st->cfg->port_limit };
     cJSON_AddItemToObject(a, "port_range", cJSON_CreateIntArray(range, 2));
     s_add_ids(a, g);
@@ -92,7 +94,9 @@ rdzv_reply_t rdzv_assignment_parts(const rdzv_state_t *st, rdzv_group_t *g, int 
 {
     return (rdzv_reply_t) { .rank = rank, .first_port = first_port,
                             .ports = rdzv_plans_ports_per_rank(st->plans),
-                            .role_port = role_port,
+                            .role_port = role_port
+                                         + rdzv_role_shift(rdzv_plans_ports_per_rank(st->plans),
+                                                           g->epoch),
                             .local_rank = local->local_rank, .local_world = local->local_world,
                             .group_rank = local->group_rank, .group_world = local->group_world,
                             .shared = s_shared(st, g, with_members) };

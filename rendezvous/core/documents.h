@@ -22,8 +22,9 @@ char *rdzv_assignment_text(const rdzv_state_t *st, rdzv_group_t *g, int rank, in
  * none. A function of the state alone, so a restart shows the same. */
 cJSON *rdzv_status_overlaps(const rdzv_state_t *st, const rdzv_group_t *g);
 /* The parts of rank's assignment reply, its plan from first_port, its peer
- * and text unset, the roles' from rank 0's role_port; .shared is the epoch's, not referenced (NULL out of
- * memory). */
+ * and text unset, the roles' from rank 0's first port role_port (shifted
+ * by the epoch: rdzv_role_shift); .shared is the epoch's, not referenced
+ * (NULL out of memory). */
 rdzv_reply_t rdzv_assignment_parts(const rdzv_state_t *st, rdzv_group_t *g, int rank,
                                    int first_port, int role_port,
                                    const rdzv_local_t *local, bool with_members);

@@ -57,7 +57,7 @@ typedef struct {
     char *text;                  /* malloc'd JSON; NULL for an assignment not yet formatted */
     rdzv_shared_t *shared;       /* that assignment's parts */
     int rank, first_port, ports;
-    int role_port;               /* rank 0's first port: the named roles' base */
+    int role_port;               /* the store's port: rank 0's first, shifted by the epoch */
     int local_rank, local_world;  /* among the group's ranks of this rank's node */
     int group_rank, group_world;  /* this rank's node among the group's nodes */
     rdzv_peer_t peer;

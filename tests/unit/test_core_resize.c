@@ -117,6 +117,49 @@ START_TEST(test_grow_then_shrink)
 }
 END_TEST
 
+/* A named port of assignment a. */
+static int s_named(const cJSON *a, const char *role)
+{
+    return cJSON_GetObjectItem(cJSON_GetObjectItem(a, "named_ports"), role)->valueint;
+}
+
+/* The group's store and DP RPC ports alternate between P, P+1 and P+3,
+ * P+4 of rank 0's plan from one epoch to the next, so a resized epoch
+ * binds them while the last epoch's are still held; a rank's own api port
+ * stays. Plans too short for that keep P and P+1. */
+START_TEST(test_store_moves_between_epochs)
+{
+    fx_join(0, "g", 2, 0, "n0", "s0");
+    fx_join(1, "g", 2, 1, "n0", "s1");
+    const cJSON *a = fx_assignment(0);
+    int p0 = s_plan(0);
+    ck_assert_int_eq(s_named(a, "store"), p0);
+    ck_assert_int_eq(s_named(a, "dp_rpc"), p0 + 1);
+    ck_assert_int_eq(fx_field(a, "master_port"), p0);
+    fx_clear_replies();
+    s_resize(2, "g", 1);
+    fx_join(3, "g", 2, 0, "n0", "s0");
+    a = fx_assignment(3);
+    ck_assert_int_eq(fx_field(a, "epoch"), 2);
+    ck_assert_int_eq(s_named(a, "store"), p0 + 3);
+    ck_assert_int_eq(s_named(a, "dp_rpc"), p0 + 4);
+    ck_assert_int_eq(fx_field(a, "master_port"), p0 + 3);
+    ck_assert_int_eq(s_named(a, "api"), p0 + 2);
+    fx_clear_replies();
+    s_resize(4, "g", 2);
+    fx_join(5, "g", 2, 0, "n0", "s0");
+    fx_join(6, "g", 2, 1, "n0", "s7");
+    a = fx_assignment(6);
+    ck_assert_int_eq(fx_field(a, "epoch"), 3);
+    ck_assert_int_eq(s_named(a, "store"), p0);
+    ck_assert_int_eq(fx_field(a, "master_port"), p0);
+    fx_clear_replies();
+    ck_assert_int_eq(rdzv_role_shift(11, 2), 0);
+    ck_assert_int_eq(rdzv_role_shift(12, 2), RDZV_ROLE_ALT_SHIFT);
+    ck_assert_int_eq(rdzv_role_shift(12, 3), 0);
+}
+END_TEST
+
 /* To its own world: nothing changes. To 0, past --max-world, of a forming
  * group or of none: refused, nothing changes. */
 START_TEST(test_refusals)
@@ -196,6 +239,7 @@ int main(void)
     TCase *tc = fx_tcase(s, "resize");
     tcase_add_test(tc, test_grow_then_shrink);
     tcase_add_test(tc, test_refusals);
+    tcase_add_test(tc, test_store_moves_between_epochs);
     tcase_add_test(tc, test_shrink_after_a_move);
     return rdzv_check_run(s);
 }
