@@ -100,27 +100,40 @@ void rdzv_agent_control_set_serving(rdzv_agent_control_t *self, int serving)
     pthread_mutex_unlock(&self->lock);
 }
 
-/* Whether status_json (the status op's groups) says group's router still
- * lists rank, ready or draining: false too when the group names no
- * router. */
-static bool s_registered(const char *status_json, const char *group, int rank)
+/* Whether the array key of status_json's (the status op's groups) group has
+ * rank's entry with one of the flags true. */
+static bool s_flagged(const char *status_json, const char *group, const char *key, int rank,
+                      const char *flag1, const char *flag2)
 {
     cJSON *groups = cJSON_Parse(status_json);
-    bool registered = false;
+    bool set = false;
     const cJSON *g, *m;
     cJSON_ArrayForEach(g, groups) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(g, "group");
         if (!cJSON_IsString(name) || strcmp(name->valuestring, group) != 0)
             continue;
-        cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(g, "members")) {
+        cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(g, key)) {
             const cJSON *r = cJSON_GetObjectItemCaseSensitive(m, "rank");
             if (cJSON_IsNumber(r) && r->valueint == rank)
-                registered = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "registered"))
-                             || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "draining"));
+                set = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, flag1))
+                      || (flag2 && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, flag2)));
         }
     }
     cJSON_Delete(groups);
-    return registered;
+    return set;
+}
+
+/* Whether group's router still lists rank, ready or draining: false too
+ * when the group names no router. */
+static bool s_registered(const char *status_json, const char *group, int rank)
+{
+    return s_flagged(status_json, group, "members", rank, "registered", "draining");
+}
+
+/* Whether rank is one a shrink dropped that the router may still list. */
+static bool s_leaving(const char *status_json, const char *group, int rank)
+{
+    return s_flagged(status_json, group, "leaving", rank, "registered", NULL);
 }
 
 static int64_t s_now_ms(void);
@@ -290,13 +303,48 @@ static rdzv_client_t *s_new_client(rdzv_agent_control_t *self)
     return client;
 }
 
+/* A shrink dropped this rank while the group's router may list it: its
+ * engine goes on answering what the router still sends it until rdzvd's
+ * status shows the router let it go, or --drain-timeout (the heartbeats
+ * meanwhile keep it "alive", so the router drains it instead of cutting). */
+static void s_leave(rdzv_agent_control_t *self, rdzv_client_t *client, int64_t epoch)
+{
+    const char *group = self->args.join.group;
+    int rank = self->args.join.rank;
+    int64_t deadline = s_now_ms() + self->args.drain_timeout_ms;
+    for (bool first = true;; first = false) {
+        char *json = NULL;
+        bool listed = rdzv_status(client, group, &json) == RDZV_OK
+                      && s_leaving(json, group, rank);
+        free(json);
+        pthread_mutex_lock(&self->lock);
+        bool late = s_now_ms() >= deadline || self->stop;
+        pthread_mutex_unlock(&self->lock);
+        if (!listed && first)
+            return;                  /* deleted, taken over, or never routed */
+        if (first)
+            fprintf(stderr, "rdzv agent: group %s rank %d left the group; its engine serves "
+                    "until the router lets it go\n", group, rank);
+        if (!listed || late) {
+            fprintf(stderr, "rdzv agent: group %s rank %d: %s\n", group, rank,
+                    !listed ? "the router let this rank go" : "the router still lists this "
+                    "rank; going on");
+            return;
+        }
+        int64_t now = epoch;
+        rdzv_heartbeat_serving(client, group, rank, epoch, 0, &now);
+        struct timespec pause = { .tv_nsec = 500 * 1000000L };
+        nanosleep(&pause, NULL);
+    }
+}
+
 /* rdzvd no longer knows this rank's session: the group was deleted (its
  * ports may already be another group's) or another session took the rank.
  * Serving on would put two engines on one port: fail as refused. */
 static void s_lost(rdzv_agent_control_t *self, const char *why)
 {
     char text[256];
-    snprintf(text, sizeof text, "rdzvd no longer knows group %s rank %d (%s); "
+    snprintf(text, sizeof text, "rdzvd no longer knows group %s rank %d (%.160s); "
              "releasing its ports", self->args.join.group, self->args.join.rank, why);
     s_fail(self, RDZV_AGENT_EXIT_REFUSED, text);
 }
@@ -330,7 +378,11 @@ static void *s_run(void *arg)
                     (long long) epoch);
             epoch = s_join(self, client, false);
         } else if (strcmp(code, "not_found") == 0) {
-            s_lost(self, rdzv_client_error(client));
+            char why[256];
+            snprintf(why, sizeof why, "%s", rdzv_client_error(client));
+            if (self->args.router)
+                s_leave(self, client, epoch);
+            s_lost(self, why);
             break;
         } else if (rc != RDZV_OK) {
             fprintf(stderr, "rdzv agent: heartbeat: %s\n", rdzv_client_error(client));

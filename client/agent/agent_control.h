@@ -20,6 +20,7 @@ typedef struct {
     int heartbeat_ms;
     const char *first_session; /* the first join's session (copied); NULL: a new one */
     const char *router;        /* the group's router, sent with each join; NULL: none */
+    int drain_timeout_ms;      /* a rank a shrink dropped waits this long for its router */
 } rdzv_agent_control_args_t;
 
 /* Starts the thread, which joins at once. NULL on failure (reason in err). */

@@ -748,7 +748,7 @@ static int s_init(s_agent_t *self)
                   .rank = self->opts.rank, .host = self->opts.host, .node = self->opts.node,
                   .timeout_ms = self->opts.timeout_s * 1000 },
         .heartbeat_ms = self->opts.heartbeat_s * 1000, .first_session = self->session,
-        .router = self->opts.router };
+        .router = self->opts.router, .drain_timeout_ms = self->opts.drain_timeout_s * 1000 };
     self->control = rdzv_agent_control_new(&args, err, sizeof err);
     if (!self->control) {
         fprintf(stderr, "rdzv agent: %s\n", err);

@@ -169,10 +169,21 @@ typedef struct {
 static void s_drop_member(void *arg, const rdzv_member_t *m, int rank)
 {
     s_resize_t *c = arg;
-    (void) rank;
+    /* Behind a router its engine still serves: it leaves once the router
+     * lets it go (group.h). Out of memory it is cut off as without one. */
+    int start = c->group->router ? rdzv_plans_find(c->state->plans, m->node, c->group->name, rank)
+                                 : -1;
+    if (start >= 0)
+        (void) rdzv_group_leaving_add(c->group, rank, m->host, start + RDZV_ROLE_API,
+                                      m->last_seen_ms);
     uint64_t bytes = rdzv_member_text_bytes(m->host, m->node, m->session);
     c->group->member_bytes -= bytes;
     c->state->member_bytes -= bytes;
+}
+
+static bool s_outside(const rdzv_leaving_t *l, void *world)
+{
+    return l->rank >= *(int *) world;
 }
 
 /* A resize: the world changes and the group moves to the recorded epoch,
@@ -188,10 +199,17 @@ static int s_apply_resize(rdzv_state_t *self, rdzv_group_t *g, const rdzv_record
     if (rdzv_group_set_world(g, (int) world, s_drop_member, &ctx) < 0)
         return -1;
     rdzv_plans_release_ranks(self->plans, g->name, (int) world);
+    rdzv_group_leaving_filter(g, s_outside, &g->world);      /* a grow takes them back */
     self->ranks += world - old;
     rdzv_record_t epoch = { .kind = RDZV_REC_EPOCH, .group = rec->group,
                             .u.complete.epoch = rec->u.resize.epoch };
     return s_apply_epoch(self, g, &epoch);
+}
+
+static bool s_none(const rdzv_leaving_t *l, void *arg)
+{
+    (void) l, (void) arg;
+    return false;
 }
 
 /* A new router: what was found registered at the old one says nothing of
@@ -206,6 +224,7 @@ static int s_apply_router(rdzv_group_t *g, const rdzv_record_t *rec)
     rdzv_member_t *m;
     for (int r = 0; (m = rdzv_group_next(g, &r)); r++)
         m->registered = m->draining = false;
+    rdzv_group_leaving_filter(g, s_none, NULL);   /* the old router is emptied of the group */
     free(g->router_error);
     g->router_error = NULL;
     return 0;

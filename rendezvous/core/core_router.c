@@ -20,6 +20,21 @@ cJSON *rdzv_core_routed_json(rdzv_core_t *self, int64_t now_ms)
     return groups;
 }
 
+static bool s_listed(const int *ranks, int n, int rank)
+{
+    for (int i = 0; i < n; i++)
+        if (ranks[i] == rank)
+            return true;
+    return false;
+}
+
+/* A leaving rank stays until the router is found without it. */
+static bool s_still_listed(const rdzv_leaving_t *l, void *arg)
+{
+    (void) arg;
+    return !l->looked || l->registered;
+}
+
 void rdzv_core_router_report(rdzv_core_t *self, const rdzv_router_report_t *rep)
 {
     pthread_mutex_lock(&self->lock);
@@ -40,6 +55,13 @@ void rdzv_core_router_report(rdzv_core_t *self, const rdzv_router_report_t *rep)
             if (r >= 0 && r < g->world && (m = rdzv_group_at(g, r)))
                 m->draining = true;
         }
+        for (int i = 0; rep->known && i < g->nleaving; i++) {
+            rdzv_leaving_t *l = &g->leaving[i];
+            l->looked = true;
+            l->registered = s_listed(rep->registered, rep->nregistered, l->rank)
+                            || s_listed(rep->draining, rep->ndraining, l->rank);
+        }
+        rdzv_group_leaving_filter(g, s_still_listed, NULL);
         free(g->router_error);
         g->router_error = rep->error ? strdup(rep->error) : NULL;
         if (rep->reason >= 0 && rep->reason < RDZV_ROUTER_ERR_REASONS)

@@ -267,6 +267,26 @@ static void s_add_router(const rdzv_group_t *g, cJSON *item)
     cJSON_AddNumberToObject(item, "registered_count", registered);
 }
 
+/* The ranks a shrink dropped that the router may still list (group.h):
+ * each with its API's address, whether its agent is heard from, and
+ * whether it is still listed (true until a reconcile has looked). */
+static void s_add_leaving(const rdzv_state_t *st, const rdzv_group_t *g, cJSON *item,
+                          int64_t now_ms)
+{
+    cJSON *leaving = cJSON_AddArrayToObject(item, "leaving");
+    for (int i = 0; i < g->nleaving; i++) {
+        const rdzv_leaving_t *l = &g->leaving[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "rank", l->rank);
+        cJSON_AddStringToObject(o, "host", l->host);
+        cJSON_AddNumberToObject(o, "api_port", l->api_port);
+        int64_t seen = l->heard_ms > st->loaded_ms ? l->heard_ms : st->loaded_ms;
+        cJSON_AddBoolToObject(o, "alive", now_ms - seen < st->cfg->dead_after_ms);
+        cJSON_AddBoolToObject(o, "registered", !l->looked || l->registered);
+        cJSON_AddItemToArray(leaving, o);
+    }
+}
+
 static cJSON *s_status(const rdzv_state_t *st, rdzv_group_t *g, int64_t now_ms)
 {
     cJSON *item = cJSON_CreateObject();
@@ -287,6 +307,7 @@ static cJSON *s_status(const rdzv_state_t *st, rdzv_group_t *g, int64_t now_ms)
     cJSON_AddItemToObject(item, "missing", rdzv_group_missing(g, RDZV_STATUS_MISSING_MAX));
     s_add_serving(st, g, item, now_ms);
     s_add_router(g, item);
+    s_add_leaving(st, g, item, now_ms);
     /* Since this epoch's first join, as this rdzvd saw it (none after a
      * restart until a rank joins again). */
     if (first_join)

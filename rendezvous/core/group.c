@@ -52,6 +52,9 @@ void rdzv_group_destroy(rdzv_group_t **self_p)
     cJSON_Delete(g->rank0_ids);
     rdzv_shared_unref(&g->shared[0]);
     rdzv_shared_unref(&g->shared[1]);
+    for (int i = 0; i < g->nleaving; i++)
+        free(g->leaving[i].host);
+    free(g->leaving);
     free(g->router);
     free(g->router_error);
     free(g->name);
@@ -125,6 +128,50 @@ int rdzv_group_set_world(rdzv_group_t *g, int world,
     }
     g->world = world;
     return 0;
+}
+
+rdzv_leaving_t *rdzv_group_leaving_find(rdzv_group_t *g, int rank)
+{
+    for (int i = 0; i < g->nleaving; i++)
+        if (g->leaving[i].rank == rank)
+            return &g->leaving[i];
+    return NULL;
+}
+
+int rdzv_group_leaving_add(rdzv_group_t *g, int rank, const char *host, int api_port,
+                           int64_t heard_ms)
+{
+    char *copy = strdup(host);
+    if (!copy)
+        return -1;
+    rdzv_leaving_t *l = rdzv_group_leaving_find(g, rank);
+    if (!l) {
+        rdzv_leaving_t *grown = realloc(g->leaving, (size_t) (g->nleaving + 1) * sizeof *grown);
+        if (!grown) {
+            free(copy);
+            return -1;
+        }
+        g->leaving = grown;
+        l = &g->leaving[g->nleaving++];
+        l->host = NULL;
+    }
+    free(l->host);
+    *l = (rdzv_leaving_t) { .rank = rank, .host = copy, .api_port = api_port,
+                            .heard_ms = heard_ms };
+    return 0;
+}
+
+void rdzv_group_leaving_filter(rdzv_group_t *g, bool (*keep)(const rdzv_leaving_t *l, void *arg),
+                               void *arg)
+{
+    int n = 0;
+    for (int i = 0; i < g->nleaving; i++) {
+        if (keep(&g->leaving[i], arg))
+            g->leaving[n++] = g->leaving[i];
+        else
+            free(g->leaving[i].host);
+    }
+    g->nleaving = n;
 }
 
 const char *rdzv_group_kv(const rdzv_group_t *g, const char *key)

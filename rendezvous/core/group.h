@@ -47,6 +47,20 @@ typedef struct {
     int64_t deadline_ms;
 } rdzv_kv_waiter_t;
 
+/* A rank a shrink dropped from a group with a router: its engine goes on
+ * answering what the router still sends it, and its agent waits for the
+ * router to let it go (drained, then removed) before stopping it, so that
+ * a shrink loses no request. Soft state, like registration: made by the
+ * resize's apply, dropped once a reconcile finds the router without it. */
+typedef struct {
+    int rank;
+    char *host;
+    int api_port;
+    int64_t heard_ms;            /* its last heartbeat; the shrink counts as one */
+    bool looked;                 /* a reconcile has read the router since the shrink */
+    bool registered;             /* ... and found it listed, ready or draining */
+} rdzv_leaving_t;
+
 typedef struct {
     char *name;
     int world;
@@ -90,6 +104,8 @@ typedef struct {
     char *router;
     char *router_error;
     uint64_t router_errors[RDZV_ROUTER_ERR_REASONS];
+    rdzv_leaving_t *leaving;     /* nleaving ranks a shrink dropped, on their way out */
+    int nleaving;
     bool overlaps_due;           /* released since the overlaps were logged */
 } rdzv_group_t;
 
@@ -105,6 +121,16 @@ void rdzv_group_destroy(rdzv_group_t **self_p);
  * they are. 0, or -1 out of memory (g unchanged). */
 int rdzv_group_set_world(rdzv_group_t *g, int world,
                          void (*drop)(void *arg, const rdzv_member_t *m, int rank), void *arg);
+
+/* Adds rank to g's leaving ranks (its entry renewed if it is there); -1
+ * out of memory. */
+int rdzv_group_leaving_add(rdzv_group_t *g, int rank, const char *host, int api_port,
+                           int64_t heard_ms);
+/* rank's entry among g's leaving ranks, NULL if none. */
+rdzv_leaving_t *rdzv_group_leaving_find(rdzv_group_t *g, int rank);
+/* Drops the leaving ranks for which keep(entry, arg) is false. */
+void rdzv_group_leaving_filter(rdzv_group_t *g, bool (*keep)(const rdzv_leaving_t *l, void *arg),
+                               void *arg);
 
 /* key's value in g's current epoch, NULL if none. */
 const char *rdzv_group_kv(const rdzv_group_t *g, const char *key);

@@ -452,9 +452,15 @@ static void s_handle_heartbeat(rdzv_batch_t *self, const rdzv_peer_t *peer,
     if (!g)
         return;
     if (req->rank >= g->world) {
+        /* A rank a shrink dropped, still behind the router: alive while its
+         * agent waits, so that the router drains it rather than cutting. */
+        rdzv_leaving_t *l = rdzv_group_leaving_find(g, req->rank);
+        if (l)
+            l->heard_ms = self->now_ms;
         rdzv_batch_error(self, peer, RDZV_E_NOT_FOUND, "group %s has world %d since its epoch "
-                         "%lld: rank %d is no longer in it", g->name, g->world,
-                         (long long) g->epoch, req->rank);
+                         "%lld: rank %d is no longer in it%s", g->name, g->world,
+                         (long long) g->epoch, req->rank,
+                         l ? " (it leaves the router first)" : "");
         return;
     }
     rdzv_member_t *m = rdzv_group_at(g, req->rank);

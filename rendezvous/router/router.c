@@ -88,6 +88,31 @@ static int s_members(const cJSON *status, rdzv_router_member_t *out, int max, in
     return n;
 }
 
+/* The ranks a shrink dropped that may still be listed (status "leaving"),
+ * after the n members in out: never wanted, so drained while their agents
+ * are heard from (their engines still answer) and removed after. */
+static int s_leaving(const cJSON *status, rdzv_router_member_t *out, int n, int max)
+{
+    const cJSON *l;
+    cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(status, "leaving")) {
+        const cJSON *rank = cJSON_GetObjectItemCaseSensitive(l, "rank");
+        const cJSON *host = cJSON_GetObjectItemCaseSensitive(l, "host");
+        const cJSON *port = cJSON_GetObjectItemCaseSensitive(l, "api_port");
+        rdzv_router_member_t *r = &out[n];
+        if (n >= max || !cJSON_IsNumber(rank) || !cJSON_IsString(host) || !cJSON_IsNumber(port)
+            || rdzv_router_host(host->valuestring, r->host, sizeof r->host, &r->ip) < 0)
+            continue;
+        n++;
+        r->rank = rank->valueint;
+        r->port = port->valueint;
+        snprintf(r->addr, sizeof r->addr, strchr(r->host, ':') ? "[%s]:%d" : "%s:%d", r->host,
+                 r->port);
+        r->alive = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(l, "alive"));
+        r->want = r->keep = false;
+    }
+    return n;
+}
+
 /* One call of the driver for router url; what it found goes to the core
  * unless report is false (the old router of a group that moved). */
 static int s_drive(rdzv_router_t *self, s_group_t *st, const char *group, const char *url,
@@ -180,12 +205,14 @@ static void s_pass_group(rdzv_router_t *self, const cJSON *status, int64_t now_m
         return;
     if (now_ms < st->next_ms)
         return;
-    int max = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(status, "members"));
+    int max = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(status, "members"))
+              + cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(status, "leaving"));
     rdzv_router_member_t *members = calloc((size_t) max + 1, sizeof *members);
     if (!members)
         return;
     int bad_host = -1;
     int n = s_members(status, members, max, &bad_host);
+    n = s_leaving(status, members, n, max);
     if (s_drive(self, st, name->valuestring, st->router, members, n, true, bad_host) == 0)
         st->backoff_ms = 0, st->next_ms = 0;
     else

@@ -22,7 +22,7 @@ from replicas import RDZVD, Replica, skipped, rdzv, spawn_join
 # (soft, never journaled).
 VOLATILE = {"age_s", "alive", "nccl_root", "seen_s", "last_seen_s", "serving", "state",
             "live_count", "serving_count", "not_serving", "registered", "draining",
-            "router_error", "registered_count"}
+            "router_error", "registered_count", "leaving"}
 
 
 def joins(server, group, world, ranks, timeout=30):

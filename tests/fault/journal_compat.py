@@ -60,7 +60,7 @@ def state_of(opts, endpoint):
         g.pop("plan_overlaps", None)
         g.pop("age_s", None)
         for soft in ("state", "live_count", "serving_count", "not_serving", "router_error",
-                     "registered_count"):
+                     "registered_count", "leaving"):
             g.pop(soft, None)
         # Journals of those versions name no router: null now.
         assert g.pop("router", None) is None, g

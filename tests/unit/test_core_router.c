@@ -190,6 +190,79 @@ START_TEST(test_reports_are_soft)
 }
 END_TEST
 
+/* g's leaving rank's field, -1 when the rank is not leaving. */
+static int s_leaving(int rank, const char *field)
+{
+    cJSON *g = s_status();
+    const cJSON *l;
+    int v = -1;
+    cJSON_ArrayForEach(l, cJSON_GetObjectItem(g, "leaving"))
+        if (cJSON_GetObjectItem(l, "rank")->valueint == rank) {
+            const cJSON *f = cJSON_GetObjectItem(l, field);
+            v = cJSON_IsNumber(f) ? f->valueint : cJSON_IsTrue(f);
+        }
+    cJSON_Delete(g);
+    return v;
+}
+
+/* A shrink of a routed group: the ranks it drops are listed as leaving,
+ * with their API's address, until a reconcile finds the router without
+ * them; their heartbeats (not_found) keep them alive meanwhile. A grow
+ * takes a leaving rank back as a member. */
+START_TEST(test_shrink_leaves_through_the_router)
+{
+    s_open_allowing(1);
+    for (int r = 0; r < 3; r++)
+        s_join_via(r, 3, r, "\"haproxy:///run/h.sock#b\"");
+    int plan2 = cJSON_GetObjectItem(fx_assignment(2), "ports")->child->valueint;
+    fx_clear_replies();
+    fx_send(3, "{\"v\":1,\"id\":3,\"op\":\"group_resize\",\"group\":\"g\",\"world\":2}");
+    ck_assert_int_eq(s_leaving(2, "api_port"), plan2 + RDZV_ROLE_API);
+    ck_assert_int_eq(s_leaving(2, "registered"), 1);     /* not looked at yet */
+    ck_assert_int_eq(s_leaving(2, "alive"), 1);
+    now += 60 * 1000;
+    ck_assert_int_eq(s_leaving(2, "alive"), 0);
+    fx_send(4, "{\"v\":1,\"op\":\"heartbeat\",\"group\":\"g\",\"rank\":2,\"session\":\"s2\","
+            "\"epoch\":1}");
+    ck_assert_str_eq(fx_error(4), RDZV_E_NOT_FOUND);
+    ck_assert_int_eq(s_leaving(2, "alive"), 1);
+    /* Still draining at the router: it stays. */
+    int out[] = { 2 };
+    rdzv_router_report_t rep = {
+        .group = "g", .router = "haproxy:///run/h.sock#b", .known = true, .draining = out,
+        .ndraining = 1, .reason = -1,
+    };
+    rdzv_core_router_report(core, &rep);
+    ck_assert_int_eq(s_leaving(2, "registered"), 1);
+    /* A router that could not be read says nothing: it stays. */
+    rep.known = false;
+    rep.ndraining = 0;
+    rdzv_core_router_report(core, &rep);
+    ck_assert_int_eq(s_leaving(2, "registered"), 1);
+    /* Gone from the router: it has left. */
+    rep.known = true;
+    rdzv_core_router_report(core, &rep);
+    ck_assert_int_eq(s_leaving(2, "rank"), -1);
+    fx_clear_replies();
+
+    /* Dropped again, then grown back before it left: a member again. */
+    s_join_via(5, 2, 0, "\"haproxy:///run/h.sock#b\"");
+    s_join_via(6, 2, 1, "\"haproxy:///run/h.sock#b\"");
+    fx_send(7, "{\"v\":1,\"id\":7,\"op\":\"group_resize\",\"group\":\"g\",\"world\":3}");
+    s_join_via(8, 3, 0, "\"haproxy:///run/h.sock#b\"");
+    s_join_via(9, 3, 1, "\"haproxy:///run/h.sock#b\"");
+    s_join_via(10, 3, 2, "\"haproxy:///run/h.sock#b\"");
+    fx_send(11, "{\"v\":1,\"id\":11,\"op\":\"group_resize\",\"group\":\"g\",\"world\":1}");
+    ck_assert_int_eq(s_leaving(1, "rank"), 1);
+    ck_assert_int_eq(s_leaving(2, "rank"), 2);
+    s_join_via(13, 3, 0, "\"haproxy:///run/h.sock#b\"");
+    fx_send(12, "{\"v\":1,\"id\":12,\"op\":\"group_resize\",\"group\":\"g\",\"world\":2}");
+    ck_assert_int_eq(s_leaving(1, "rank"), -1);
+    ck_assert_int_eq(s_leaving(2, "rank"), 2);
+    fx_clear_replies();
+}
+END_TEST
+
 /* The allow list: whole entries, or extended by a path or a backend; "*". */
 START_TEST(test_allowed)
 {
@@ -213,5 +286,6 @@ int main(void)
     tcase_add_test(tc, test_latest_wins);
     tcase_add_test(tc, test_reports_are_soft);
     tcase_add_test(tc, test_allowed);
+    tcase_add_test(tc, test_shrink_leaves_through_the_router);
     return rdzv_check_run(s);
 }
