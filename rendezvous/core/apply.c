@@ -203,7 +203,10 @@ static int s_apply_resize(rdzv_state_t *self, rdzv_group_t *g, const rdzv_record
     self->ranks += world - old;
     rdzv_record_t epoch = { .kind = RDZV_REC_EPOCH, .group = rec->group,
                             .u.complete.epoch = rec->u.resize.epoch };
-    return s_apply_epoch(self, g, &epoch);
+    if (s_apply_epoch(self, g, &epoch) < 0)
+        return -1;
+    g->resized_at = rec->u.resize.epoch;
+    return 0;
 }
 
 static bool s_none(const rdzv_leaving_t *l, void *arg)

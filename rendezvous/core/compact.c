@@ -74,8 +74,14 @@ static bool s_add_group(const rdzv_state_t *st, const rdzv_group_t *g, cJSON *re
                         rdzv_snapshot_t *snap)
 {
     bool ok = s_add(records, rdzv_record_group(g->name, g->world, g->nccl_mode, g->nccl_count));
-    if (ok && g->epoch > 1)
-        ok = s_add(records, rdzv_record_epoch(g->name, g->epoch));
+    /* An epoch a resize made is written as that resize (of the world it
+     * already has), so that a rank resuming with its old world is still
+     * taken after a compaction and a restart. */
+    bool resized = g->resized_at == g->epoch && g->epoch > 1;
+    if (ok && g->epoch > 1 + resized)
+        ok = s_add(records, rdzv_record_epoch(g->name, g->epoch - resized));
+    if (ok && resized)
+        ok = s_add(records, rdzv_record_resize(g->name, g->world, g->epoch));
     if (ok && g->router)
         ok = s_add(records, rdzv_record_router(g->name, g->router));
     ok = ok && s_add_plans(st, g, records);

@@ -104,6 +104,9 @@ typedef struct {
     char *router;
     char *router_error;
     uint64_t router_errors[RDZV_ROUTER_ERR_REASONS];
+    /* The epoch the last resize made (journaled as the resize record, kept
+     * by compaction while it is the current epoch); 0 for none. */
+    int64_t resized_at;
     rdzv_leaving_t *leaving;     /* nleaving ranks a shrink dropped, on their way out */
     int nleaving;
     bool overlaps_due;           /* released since the overlaps were logged */

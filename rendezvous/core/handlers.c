@@ -247,10 +247,13 @@ static s_join_rule_t s_join_rule(const rdzv_batch_t *self, const rdzv_group_t *g
      * still says the world it was started with: the group's is the one
      * that counts, and the assignment tells it. */
     bool resumes = m && strcmp(m->session, req->session) == 0;
-    /* ... while the group forms, or before the rank joined its epoch: a
-     * process started with another world that resumes its session in a
-     * formed group it was never resized in is refused. */
-    if (g->world != req->world && !(resumes && (m->epoch < g->epoch || !g->complete)))
+    /* ... while the group forms, before the rank joined its epoch, or in
+     * the epoch a resize made (its waiting join may have been lost with a
+     * restarted rdzvd while the epoch formed): a process started with
+     * another world that resumes its session in a formed group it was
+     * never resized in is refused. */
+    if (g->world != req->world
+        && !(resumes && (m->epoch < g->epoch || !g->complete || g->resized_at == g->epoch)))
         return s_alive(self, g) ? S_JOIN_WORLD_MISMATCH : S_JOIN_RESIZES_GROUP;
     bool in_epoch = m && m->epoch == g->epoch;
     if (resumes) {

@@ -108,6 +108,15 @@ def main():
         watcher = threading.Thread(target=watch)
         watcher.start()
         p = resize(6)
+        # The new ranks do not come at once: the group forms, naming them,
+        # and the four go on serving the old epoch's requests meanwhile.
+        time.sleep(3 * INTERVAL)
+        g = rdzvtest.group_status(rdzv, d.endpoint, "g")
+        report.ok(p.returncode == 0 and not g["complete"] and g["missing"] == [4, 5]
+                  and g["registered_count"] == 4 and codes.get(None, 0) == 0,
+                  "rdzv group resize --world 6, ranks 4 and 5 not started yet: epoch 2 forming "
+                  "with them missing, ranks 0-3 still registered and answering (%d requests so "
+                  "far)" % sum(codes.values()), (g, codes))
         agent(4, 6)
         agent(5, 6)
         g, took = until(lambda s: s.get("epoch") == 2 and s.get("registered_count") == 6

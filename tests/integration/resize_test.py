@@ -141,6 +141,44 @@ def main():
         g = status()
         report.ok(g["world"] == 2 and g["epoch"] == 3,
                   "... and none of them changed the group", (g["world"], g["epoch"]))
+
+        # A grow whose new rank does not come (yet): the group forms, naming
+        # it; the ranks that stayed keep their engines and the old epoch's
+        # PATH.env meanwhile. rdzvd killed in that window and restarted
+        # replays one epoch with one set of plans: the new rank's arrival
+        # completes that epoch, not another.
+        plans = [read_env(e)["RDZV_PORTS"] for e in envs[:2]]
+        p = group("resize", "--world", "3")
+        g, _ = rdzvtest.until_status(rdzv, d.endpoint, "g",
+                                     lambda s: s["epoch"] == 4 and s["joined"] == [0, 1],
+                                     "ranks 0 and 1 rejoined epoch 4", timeout=30)
+        lines = open(engine_log).read().split()
+        report.ok(p.returncode == 0 and not g["complete"] and g["missing"] == [2]
+                  and g["world"] == 3 and all(read_env(e)["RDZV_EPOCH"] == "3"
+                                              and read_env(e)["RDZV_WORLD"] == "2"
+                                              for e in envs[:2])
+                  and lines.count("pid") == 1 and agents[0].poll() is None,
+                  "grown to 3 with rank 2 not started: epoch 4 forming, missing [2]; ranks 0 and "
+                  "1 keep their engine and epoch 3's PATH.env (world 2) meanwhile",
+                  (g["complete"], g["missing"], [read_env(e)["RDZV_EPOCH"] for e in envs[:2]]))
+        d.restart()
+        g = status()
+        ports = {m["rank"]: m["ports"] for m in g["members"]}
+        report.ok(g["epoch"] == 4 and g["world"] == 3 and not g["complete"]
+                  and g["missing"] == [2] and sorted(ports) == [0, 1],
+                  "rdzvd killed (SIGKILL) in that window and restarted: epoch 4, world 3, still "
+                  "forming with rank 2 missing", g)
+        envs[2] = agent(2, 3)
+        rdzvtest.wait_for(lambda: all(read_env(e).get("RDZV_EPOCH") == "4" for e in envs),
+                          "epoch 4 formed", timeout=30)
+        after = [read_env(e) for e in envs]
+        g = status()
+        report.ok(g["epoch"] == 4 and g["complete"] and all(a["RDZV_WORLD"] == "3" for a in after)
+                  and [a["RDZV_PORTS"] for a in after[:2]] == plans
+                  and not set(after[2]["RDZV_PORTS"].split(",")) & set(",".join(plans).split(",")),
+                  "rank 2 came: epoch 4 formed (no other), ranks 0 and 1 on the plans they had "
+                  "before the kill, rank 2 on its own",
+                  (g["epoch"], g["complete"], [a["RDZV_PORTS"][:24] for a in after]))
     except rdzvtest.Fail as e:
         report.ok(False, str(e))
     finally:

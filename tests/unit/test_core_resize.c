@@ -160,6 +160,45 @@ START_TEST(test_store_moves_between_epochs)
 }
 END_TEST
 
+/* The epoch a resize made survives a compaction and a restart as that
+ * resize: a rank whose waiting join went with a restarted rdzvd while the
+ * epoch formed resumes with the world it was started with, and is still
+ * taken once the epoch has formed. */
+START_TEST(test_resumed_old_world_after_compaction)
+{
+    rdzv_config_t cfg = fx_config();
+    cfg.compact_bytes = 4096;
+    fx_reopen_cfg(cfg);
+    fx_join(0, "g", 2, 0, "n0", "s0");
+    fx_join(1, "g", 2, 1, "n0", "s1");
+    fx_clear_replies();
+    s_resize(2, "g", 3);
+    fx_join(3, "g", 2, 0, "n0", "s0");
+    fx_join(4, "g", 2, 1, "n0", "s1");
+    fx_join(5, "g", 3, 2, "n0", "s2");
+    ck_assert_int_eq(fx_field(fx_assignment(3), "epoch"), 2);
+    fx_clear_replies();
+    char big[1501];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    for (int i = 0; i < 8 && core->metrics.compactions == 0; i++) {
+        fx_send(6, "{\"v\":1,\"op\":\"kv_put\",\"group\":\"g\",\"epoch\":2,\"key\":\"k%d\","
+                "\"value\":\"%s\"}", i, big);
+        for (int k = 0; core->compaction && k < 5000; k++) {
+            usleep(1000);
+            ck_assert_int_eq(drive_commit(core, now, NULL, NULL), 0);
+        }
+    }
+    ck_assert_uint_ge(core->metrics.compactions, 1);
+    fx_reopen_cfg(cfg);
+    fx_join(7, "g", 2, 0, "n0", "s0");
+    const cJSON *a = fx_assignment(7);
+    ck_assert_int_eq(fx_field(a, "epoch"), 2);
+    ck_assert_int_eq(fx_field(a, "world"), 3);
+    fx_clear_replies();
+}
+END_TEST
+
 /* To its own world: nothing changes. To 0, past --max-world, of a forming
  * group or of none: refused, nothing changes. */
 START_TEST(test_refusals)
@@ -240,6 +279,7 @@ int main(void)
     tcase_add_test(tc, test_grow_then_shrink);
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_store_moves_between_epochs);
+    tcase_add_test(tc, test_resumed_old_world_after_compaction);
     tcase_add_test(tc, test_shrink_after_a_move);
     return rdzv_check_run(s);
 }
