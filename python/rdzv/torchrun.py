@@ -20,7 +20,8 @@ rank nobody holds), node (default RDZV_NODE, else the hostname), host
 rdzvd), join_timeout (seconds, default 600), heartbeat (seconds, 5).
 
 This module imports torch only when torchrun asks for the handler, so the
-package works without it.
+package works without it; it needs torch 2.5 or later, and says so in one
+line when it is loaded by an older one.
 """
 from __future__ import annotations
 
@@ -38,6 +39,24 @@ from .errors import Refused, Timeout
 DEFAULT_JOIN_TIMEOUT_S = 600.0
 DEFAULT_HEARTBEAT_S = 5.0
 CLOSED_KEY = "torchrun/closed"
+
+
+# torchrun finds backends through the torchrun.handlers entry points since
+# torch 2.5; before it, --rdzv-backend rdzv is "not registered".
+MIN_TORCH = (2, 5)
+
+
+def check_torch_version(version: str) -> None:
+    """Raises RuntimeError, in one line, unless version (torch.__version__)
+    is MIN_TORCH or later."""
+    try:
+        have = tuple(int(x) for x in version.split("+")[0].split(".")[:2])
+    except ValueError:
+        return                          # a build we cannot read: let torch speak
+    if have < MIN_TORCH:
+        raise RuntimeError("rdzv's torchrun backend needs torch >= %d.%d (torchrun finds it "
+                           "through the torchrun.handlers entry points); this is torch %s"
+                           % (MIN_TORCH + (version,)))
 
 
 def handler_creator() -> Callable[[Any], Any]:
@@ -253,6 +272,8 @@ def _handler_class():
     only by torchrun."""
     global _CLASS
     if _CLASS is None:
+        import torch
+        check_torch_version(torch.__version__)
         from torch.distributed.elastic.rendezvous import RendezvousHandler
 
         class RdzvRendezvousHandler(_Base, RendezvousHandler):

@@ -313,6 +313,20 @@ def handler(srv, node, world=2, min_nodes=None, **conf):
 
 
 @case
+def torchrun_torch_version(srv):
+    """The backend needs torch >= 2.5: an older one is told so in one line."""
+    import rdzv.torchrun
+    for ok in ("2.5.0", "2.11.0+cu130", "3.0.0a0"):
+        rdzv.torchrun.check_torch_version(ok)
+    for old in ("1.13.1", "2.4.1+cpu"):
+        try:
+            rdzv.torchrun.check_torch_version(old)
+            raise AssertionError("torch %s was accepted" % old)
+        except RuntimeError as e:
+            assert "needs torch >= 2.5" in str(e) and old in str(e), str(e)
+
+
+@case
 def torchrun_handler_ranks_and_restart(srv):
     """Without torch: two nodes take ranks by themselves; a node restarted
     gets its rank back and moves the group to a new epoch, which the other
