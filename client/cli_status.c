@@ -127,6 +127,18 @@ static void s_ranks(const cJSON *g)
                : s_flag(m, "registered"),
                seen);
     }
+    /* Ranks a shrink dropped that the router may still send requests to. */
+    const cJSON *leaving = cJSON_GetObjectItemCaseSensitive(g, "leaving");
+    for (const cJSON *l = cJSON_IsArray(leaving) ? leaving->child : NULL; l; l = l->next) {
+        const cJSON *host = cJSON_GetObjectItemCaseSensitive(l, "host");
+        char endpoint[96] = "-";
+        if (cJSON_IsString(host))
+            snprintf(endpoint, sizeof endpoint, strchr(host->valuestring, ':') ? "[%s]:%d"
+                     : "%s:%d", host->valuestring, s_num(l, "api_port"));
+        printf("%6d %-24s %-28s %-6s %-8s %-10s %s\n", s_num(l, "rank"), "(leaving)", endpoint,
+               s_flag(l, "alive"), "-", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(
+                   l, "registered")) ? "draining" : "no", "-");
+    }
 }
 
 static void s_table(const char *json, bool per_rank)

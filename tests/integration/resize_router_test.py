@@ -14,6 +14,7 @@ answered 200, and ranks 4 and 5 must have served some. One line per check
 RDZV_SHIM."""
 import collections
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -143,9 +144,15 @@ def main():
         p = resize(4)
         g = rdzvtest.group_status(rdzv, d.endpoint, "g")
         leaving = sorted(l["rank"] for l in g.get("leaving", []))
-        report.ok(p.returncode == 0 and g["world"] == 4 and leaving == [4, 5],
-                  "rdzv group resize --world 4: status lists ranks 4 and 5 as leaving",
-                  (p.stdout, p.stderr, g.get("leaving")))
+        table = subprocess.run([rdzv, "status", "--server", d.endpoint, "--group", "g"],
+                               capture_output=True, text=True).stdout
+        rows = re.findall(r"^ +([45]) +\(leaving\) +127\.0\.0\.1:(\d+) +yes +- +draining", table,
+                          re.M)
+        report.ok(p.returncode == 0 and g["world"] == 4 and leaving == [4, 5]
+                  and rows == [("4", str(apis[4].split(":")[1])), ("5", apis[5].split(":")[1])],
+                  "rdzv group resize --world 4: status lists ranks 4 and 5 as leaving (rdzv "
+                  "status --group: \"(leaving)\", draining)", (p.stdout, p.stderr, g.get("leaving"),
+                                                                table))
         exits = [agents[r].wait(timeout=40) for r in (4, 5)]
         took = time.monotonic() - t0
         logs = [open(os.path.join(tmp.name, "agent%d.log" % r)).read() for r in (4, 5)]
