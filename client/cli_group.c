@@ -13,7 +13,8 @@
 
 static const char s_usage[] =
     "Usage: rdzv group delete [--server EP[,EP...]] --group G [--timeout SEC]\n"
-    "       rdzv group resize [--server EP[,EP...]] --group G --world N [--timeout SEC]\n"
+    "       rdzv group resize [--server EP[,EP...]] --group G --world N [--fresh]\n"
+    "                         [--timeout SEC]\n"
     "\n"
     "delete: drops group G, its epochs, KV and port plans. Ranks still waiting\n"
     "in a join or kv wait of G are answered not_found.\n"
@@ -22,6 +23,9 @@ static const char s_usage[] =
     "epoch (their heartbeats answer stale_epoch); new ranks join with world N;\n"
     "ranks N and above leave (their heartbeats answer not_found). Prints the\n"
     "new epoch; a resize to G's own world changes nothing and prints its epoch.\n"
+    "G forming, with exactly its ranks 0..N-1 joined: it closes at them (its\n"
+    "epoch is released to them, of N ranks); other resizes of a forming group\n"
+    "are refused.\n"
     "\n"
     "  --server EP[,EP...]\n"
     "                 rdzvd endpoint; a list: replicas of an active/standby\n"
@@ -29,21 +33,24 @@ static const char s_usage[] =
     "                 " RDZV_DEFAULT_ENDPOINT ")\n"
     "  --group G      the group (RDZV_GROUP)\n"
     "  --world N      resize: the new number of ranks\n"
+    "  --fresh        resize: a new round, where no rank keeps its place or plan\n"
+    "                 (every member's heartbeat answers not_found; all join anew)\n"
     "  --timeout SEC  give up after SEC seconds (default 10)\n"
     "  -h, --help     this help\n";
 
-enum { S_SERVER = 256, S_GROUP, S_WORLD, S_TIMEOUT };
+enum { S_SERVER = 256, S_GROUP, S_WORLD, S_TIMEOUT, S_FRESH };
 
 static const struct option s_options[] = {
     { "server", required_argument, NULL, S_SERVER },
     { "group", required_argument, NULL, S_GROUP },
     { "world", required_argument, NULL, S_WORLD },
     { "timeout", required_argument, NULL, S_TIMEOUT },
+    { "fresh", no_argument, NULL, S_FRESH },
     { "help", no_argument, NULL, 'h' },
     { NULL, 0, NULL, 0 },
 };
 
-static int s_run(const char *server, const char *group, int world, int timeout_ms)
+static int s_run(const char *server, const char *group, int world, bool fresh, int timeout_ms)
 {
     int rc = CLI_EXIT_OK;
     rdzv_client_t *client = cli_connect(S_CMD, server, timeout_ms, &rc);
@@ -51,7 +58,8 @@ static int s_run(const char *server, const char *group, int world, int timeout_m
         return rc;
     if (world > 0) {
         int64_t epoch = 0;
-        rc = cli_result(S_CMD, client, rdzv_group_resize(client, group, world, &epoch));
+        rc = cli_result(S_CMD, client, (fresh ? rdzv_group_resize_fresh : rdzv_group_resize)(
+                                           client, group, world, &epoch));
         if (rc == CLI_EXIT_OK)
             printf("group %s: world %d, epoch %" PRId64 "\n", group, world, epoch);
     } else
@@ -73,6 +81,7 @@ int cli_group_main(int argc, char **argv)
         return cli_usage_error(S_CMD, "unknown subcommand '%s' (expected delete or resize)",
                                argv[1]);
     const char *server = NULL, *group = NULL, *timeout = NULL, *world_text = NULL;
+    bool fresh = false;
     int c;
     while ((c = cli_getopt(S_CMD, argc - 1, argv + 1, ":h", s_options)) != -1) {
         if (c == CLI_OPT_BAD)
@@ -80,6 +89,10 @@ int cli_group_main(int argc, char **argv)
         if (c == 'h') {
             fputs(s_usage, stdout);
             return CLI_EXIT_OK;
+        }
+        if (c == S_FRESH) {
+            fresh = true;
+            continue;
         }
         *(c == S_SERVER ? &server : c == S_GROUP ? &group : c == S_WORLD ? &world_text
                                                                          : &timeout) = optarg;
@@ -95,10 +108,10 @@ int cli_group_main(int argc, char **argv)
     long world = 0;
     if (resize && !world_text)
         return cli_usage_error(S_CMD, "resize needs --world N");
-    if (!resize && world_text)
-        return cli_usage_error(S_CMD, "--world is for resize, not delete");
+    if (!resize && (world_text || fresh))
+        return cli_usage_error(S_CMD, "--world and --fresh are for resize, not delete");
     if (resize && cli_parse_long(S_CMD, "--world", world_text, 1, INT_MAX, &world) != 0)
         return CLI_EXIT_USAGE;
     return s_run(cli_value(server, "RDZV_SERVER", RDZV_DEFAULT_ENDPOINT), group, (int) world,
-                 timeout_ms);
+                 fresh, timeout_ms);
 }

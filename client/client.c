@@ -452,8 +452,8 @@ RDZV_EXPORT int rdzv_group_delete(rdzv_client_t *self, const char *group)
     return rc;
 }
 
-RDZV_EXPORT int rdzv_group_resize(rdzv_client_t *self, const char *group, int world,
-                                  int64_t *epoch_out)
+static int s_group_resize(rdzv_client_t *self, const char *group, int world, bool fresh,
+                          int64_t *epoch_out)
 {
     int rc = s_begin(self);
     if (rc == RDZV_OK)
@@ -463,8 +463,21 @@ RDZV_EXPORT int rdzv_group_resize(rdzv_client_t *self, const char *group, int wo
     if (world < 1)
         return s_fail(self, RDZV_ERR_USAGE, "world must be >= 1, not %d", world);
     cJSON *req = s_scoped(RDZV_OP_GROUP_RESIZE, group, -1);
-    req = s_built(req, req && cJSON_AddNumberToObject(req, "world", world));
+    req = s_built(req, req && cJSON_AddNumberToObject(req, "world", world)
+                            && (!fresh || cJSON_AddBoolToObject(req, "fresh", true)));
     return s_call_epoch(self, req, "group_resize", epoch_out);
+}
+
+RDZV_EXPORT int rdzv_group_resize(rdzv_client_t *self, const char *group, int world,
+                                  int64_t *epoch_out)
+{
+    return s_group_resize(self, group, world, false, epoch_out);
+}
+
+RDZV_EXPORT int rdzv_group_resize_fresh(rdzv_client_t *self, const char *group, int world,
+                                        int64_t *epoch_out)
+{
+    return s_group_resize(self, group, world, true, epoch_out);
 }
 
 /* Checks what the caller passed to rdzv_join; RDZV_ERR_USAGE names the field. */

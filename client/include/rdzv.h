@@ -179,9 +179,17 @@ int rdzv_group_delete(rdzv_client_t *self, const char *group);
  * keep their port plans and join it again, new ranks join with the new
  * world, ranks at or above it leave. *epoch_out (may be NULL) gets the new
  * epoch (the current one when world is the group's already).
+ * A forming group whose ranks 0..world-1 have joined, and no other, closes
+ * at them instead: its epoch is released to them, of world ranks.
  * RDZV_ERR_REFUSED: not_found, bad_world, limit, or bad_request while the
- * group forms. */
+ * group forms otherwise. */
 int rdzv_group_resize(rdzv_client_t *self, const char *group, int world, int64_t *epoch_out);
+/* The same as a new round: no rank keeps its place or its plan, every
+ * member's heartbeat answers not_found, and the ranks join anew (the
+ * torchrun backend's --nnodes MIN:MAX); a formed group of that world
+ * too. */
+int rdzv_group_resize_fresh(rdzv_client_t *self, const char *group, int world,
+                            int64_t *epoch_out);
 
 /* Assignment getters. */
 void rdzv_assignment_destroy(rdzv_assignment_t **self_p);

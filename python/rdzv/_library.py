@@ -45,6 +45,8 @@ SIGNATURES = {
     "rdzv_client_set_router": (ctypes.c_int, [_c, ctypes.c_char_p]),
     "rdzv_group_resize": (ctypes.c_int, [_c, ctypes.c_char_p, ctypes.c_int,
                                          ctypes.POINTER(ctypes.c_int64)]),
+    "rdzv_group_resize_fresh": (ctypes.c_int, [_c, ctypes.c_char_p, ctypes.c_int,
+                                               ctypes.POINTER(ctypes.c_int64)]),
     "rdzv_join": (ctypes.c_int, [_c, ctypes.POINTER(JoinArgs), ctypes.POINTER(_c)]),
     "rdzv_heartbeat": (ctypes.c_int, [_c, ctypes.c_char_p, ctypes.c_int, ctypes.c_int64,
                                       ctypes.POINTER(ctypes.c_int64)]),

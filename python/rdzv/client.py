@@ -141,12 +141,14 @@ class Client:
     def group_delete(self, group: str) -> None:
         self._check(self._lib.rdzv_group_delete(self._h(), _b(group)))
 
-    def group_resize(self, group: str, world: int) -> int:
+    def group_resize(self, group: str, world: int, fresh: bool = False) -> int:
         """Resizes a formed group to world ranks at its next epoch, which
-        forms again (`rdzv group resize`); the new epoch."""
+        forms again (`rdzv group resize`), or closes a forming one at its
+        ranks 0..world-1 if exactly they joined; the epoch. fresh: a new
+        round, no rank keeping its place (`rdzv group resize --fresh`)."""
         epoch = ctypes.c_int64()
-        self._check(self._lib.rdzv_group_resize(self._h(), _b(group), world,
-                                                ctypes.byref(epoch)))
+        call = self._lib.rdzv_group_resize_fresh if fresh else self._lib.rdzv_group_resize
+        self._check(call(self._h(), _b(group), world, ctypes.byref(epoch)))
         return epoch.value
 
 

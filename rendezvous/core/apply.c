@@ -186,19 +186,49 @@ static bool s_outside(const rdzv_leaving_t *l, void *world)
     return l->rank >= *(int *) world;
 }
 
+/* A close: the forming epoch ends at the ranks 0..world-1, which all
+ * joined it; the ranks past them (members of earlier epochs) go. The
+ * epoch stays: its release follows. */
+static int s_apply_close(rdzv_state_t *self, rdzv_group_t *g, int world, int64_t epoch)
+{
+    if (epoch != g->epoch || g->complete || world >= g->world || g->joined != world)
+        return -1;
+    for (int r = 0; r < world; r++) {
+        const rdzv_member_t *m = rdzv_group_at(g, r);
+        if (!m || m->epoch != g->epoch)
+            return -1;
+    }
+    int old = g->world;
+    s_resize_t ctx = { self, g };
+    if (rdzv_group_set_world(g, world, world, s_drop_member, &ctx) < 0)
+        return -1;
+    rdzv_plans_release_ranks(self->plans, g->name, world);
+    self->ranks += world - old;
+    rdzv_shared_unref(&g->shared[0]);        /* the world is in the epoch's shared text */
+    rdzv_shared_unref(&g->shared[1]);
+    g->resized_at = epoch;                   /* its ranks said the world before the close */
+    return 0;
+}
+
 /* A resize: the world changes and the group moves to the recorded epoch,
  * forming. Ranks below both worlds keep their members and plans (their
- * engines hold those ports); ranks at or above the new world go. */
+ * engines hold those ports) unless it is fresh; ranks at or above the new
+ * world go. */
 static int s_apply_resize(rdzv_state_t *self, rdzv_group_t *g, const rdzv_record_t *rec)
 {
     int64_t world = rec->u.resize.world;
-    if (world < 1 || world > self->cfg->max_world || rec->u.resize.epoch <= g->epoch)
+    if (world < 1 || world > self->cfg->max_world)
+        return -1;
+    if (rec->u.resize.how == RDZV_RESIZE_CLOSE)
+        return s_apply_close(self, g, (int) world, rec->u.resize.epoch);
+    if (rec->u.resize.epoch <= g->epoch)
         return -1;
     int old = g->world;
+    int keep = rec->u.resize.how == RDZV_RESIZE_FRESH ? 0 : (int) world;
     s_resize_t ctx = { self, g };
-    if (rdzv_group_set_world(g, (int) world, s_drop_member, &ctx) < 0)
+    if (rdzv_group_set_world(g, (int) world, keep, s_drop_member, &ctx) < 0)
         return -1;
-    rdzv_plans_release_ranks(self->plans, g->name, (int) world);
+    rdzv_plans_release_ranks(self->plans, g->name, keep);
     rdzv_group_leaving_filter(g, s_outside, &g->world);      /* a grow takes them back */
     self->ranks += world - old;
     rdzv_record_t epoch = { .kind = RDZV_REC_EPOCH, .group = rec->group,

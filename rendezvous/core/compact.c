@@ -81,7 +81,7 @@ static bool s_add_group(const rdzv_state_t *st, const rdzv_group_t *g, cJSON *re
     if (ok && g->epoch > 1 + resized)
         ok = s_add(records, rdzv_record_epoch(g->name, g->epoch - resized));
     if (ok && resized)
-        ok = s_add(records, rdzv_record_resize(g->name, g->world, g->epoch));
+        ok = s_add(records, rdzv_record_resize(g->name, g->world, g->epoch, RDZV_RESIZE_KEEP));
     if (ok && g->router)
         ok = s_add(records, rdzv_record_router(g->name, g->router));
     ok = ok && s_add_plans(st, g, records);

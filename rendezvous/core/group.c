@@ -91,7 +91,7 @@ static int s_chunk_len(int world, int c)
     return n < RDZV_MEMBER_CHUNK ? n : RDZV_MEMBER_CHUNK;
 }
 
-int rdzv_group_set_world(rdzv_group_t *g, int world,
+int rdzv_group_set_world(rdzv_group_t *g, int world, int keep,
                          void (*drop)(void *arg, const rdzv_member_t *m, int rank), void *arg)
 {
     int old_chunks = (g->world + RDZV_MEMBER_CHUNK - 1) / RDZV_MEMBER_CHUNK;
@@ -117,7 +117,7 @@ int rdzv_group_set_world(rdzv_group_t *g, int world,
         chunks[c] = grown;
     }
     rdzv_member_t *m;
-    for (int r = world; r < g->world && (m = rdzv_group_next(g, &r)); r++) {
+    for (int r = keep < world ? keep : world; r < g->world && (m = rdzv_group_next(g, &r)); r++) {
         drop(arg, m, r);
         s_member_clear(m);
         memset(m, 0, sizeof *m);

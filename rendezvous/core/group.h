@@ -119,10 +119,10 @@ rdzv_group_t *rdzv_group_new(const char *name, int world, rdzv_nccl_mode_t mode,
  * fine. */
 void rdzv_group_destroy(rdzv_group_t **self_p);
 
-/* g's world becomes world: the members of ranks at or above it are handed
- * to drop (before their strings are freed) and go; the others stay where
- * they are. 0, or -1 out of memory (g unchanged). */
-int rdzv_group_set_world(rdzv_group_t *g, int world,
+/* g's world becomes world: the members of ranks at or above keep (at most
+ * world) are handed to drop (before their strings are freed) and go; the
+ * others stay where they are. 0, or -1 out of memory (g unchanged). */
+int rdzv_group_set_world(rdzv_group_t *g, int world, int keep,
                          void (*drop)(void *arg, const rdzv_member_t *m, int rank), void *arg);
 
 /* Adds rank to g's leaving ranks (its entry renewed if it is there); -1

@@ -651,6 +651,39 @@ static void s_handle_delete(rdzv_batch_t *self, const rdzv_peer_t *peer, const r
     rdzv_batch_reply(self, peer, rdzv_reply_ok(req->id));
 }
 
+/* Whether a resize of forming g to world closes it: world is below g's and
+ * exactly the ranks 0..world-1 have joined the epoch. */
+static bool s_closes(const rdzv_group_t *g, int world)
+{
+    if (world >= g->world || g->joined != world)
+        return false;
+    for (int r = 0; r < world; r++) {
+        const rdzv_member_t *m = rdzv_group_at(g, r);
+        if (!m || m->epoch != g->epoch)
+            return false;
+    }
+    return true;
+}
+
+/* The forming epoch closes at the ranks that joined it, and is released to
+ * them at once: a round that ends with the ranks that came (the torchrun
+ * backend's --nnodes MIN:MAX after its last call), or an operator's answer
+ * to a rank that will not come. */
+static void s_close(rdzv_batch_t *self, const rdzv_peer_t *peer, rdzv_group_t *g,
+                    const rdzv_request_t *req)
+{
+    int old = g->world;
+    if (rdzv_batch_record(self, rdzv_record_resize(g->name, req->world, g->epoch,
+                                                   RDZV_RESIZE_CLOSE)) < 0) {
+        rdzv_batch_error(self, peer, RDZV_E_INTERNAL, "cannot record the close");
+        return;
+    }
+    rdzv_core_log("resize", "group=%s world=%d->%d epoch=%lld closed at the ranks that joined",
+                  g->name, old, req->world, (long long) g->epoch);
+    rdzv_release_group(self, g);
+    rdzv_batch_reply(self, peer, rdzv_reply_epoch(req->id, g->epoch));
+}
+
 /* A resize of a formed group: the next epoch, of the new world, forming
  * (docs/protocol.md, "group_resize"). The ranks that stay keep their plans
  * and join the new epoch (their heartbeats answer stale_epoch); new ranks
@@ -661,13 +694,18 @@ static void s_handle_resize(rdzv_batch_t *self, const rdzv_peer_t *peer, const r
     rdzv_group_t *g = s_existing(self, peer, req->group);
     if (!g)
         return;
-    if (req->world == g->world) {
+    if (req->world == g->world && !(req->fresh && g->complete)) {
         rdzv_batch_reply(self, peer, rdzv_reply_epoch(req->id, g->epoch));
+        return;
+    }
+    if (!g->complete && !req->fresh && s_closes(g, req->world)) {
+        s_close(self, peer, g, req);
         return;
     }
     if (!g->complete) {
         rdzv_batch_error(self, peer, RDZV_E_BAD_REQUEST, "group %s is forming epoch %lld (%d of "
-                         "%d ranks joined): resize it once it has formed (rdzv status --group "
+                         "%d ranks joined): resize it once it has formed, or close it at the "
+                         "ranks that joined if they are 0..N-1 (--world N) (rdzv status --group "
                          "%s)", g->name, (long long) g->epoch, g->joined, g->world, g->name);
         return;
     }
@@ -683,7 +721,8 @@ static void s_handle_resize(rdzv_batch_t *self, const rdzv_peer_t *peer, const r
     zlistx_purge(g->kv_waiters);
     int old = g->world;
     int64_t next = g->epoch + 1;
-    if (rdzv_batch_record(self, rdzv_record_resize(g->name, req->world, next)) < 0) {
+    if (rdzv_batch_record(self, rdzv_record_resize(g->name, req->world, next, req->fresh
+                                                   ? RDZV_RESIZE_FRESH : RDZV_RESIZE_KEEP)) < 0) {
         rdzv_batch_error(self, peer, RDZV_E_INTERNAL, "cannot record the resize");
         return;
     }

@@ -202,6 +202,10 @@ static int s_parse_fields(s_ctx_t *c, int max_world, rdzv_request_t *r)
             || s_int(c, "world", true, 1, max_world, RDZV_E_BAD_WORLD, &world) < 0)
             return -1;
         r->world = (int) world;
+        const cJSON *fresh = cJSON_GetObjectItemCaseSensitive(c->root, "fresh");
+        if (fresh && !cJSON_IsBool(fresh))
+            return s_fail(c, RDZV_E_BAD_REQUEST, "field \"%s\" must be a boolean", "fresh");
+        r->fresh = cJSON_IsTrue(fresh);
         return 0;
     }
     case RDZV_OP_KV_PUT:

@@ -22,6 +22,7 @@ typedef struct {
     int64_t timeout_ms;
     bool members;              /* join: include the members list */
     bool replace;              /* join: take the rank from a live session */
+    bool fresh;                /* group_resize: no rank keeps its place (a new round) */
     const char *router;        /* join: the group's router URL (router_url.h), NULL if none */
     /* heartbeat: what the rank's agent last saw of its engine's health
      * (RDZV_HEALTH_*): RDZV_HEALTH_UNKNOWN when the heartbeat says nothing. */

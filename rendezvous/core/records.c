@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <string.h>
 
 static const char *const s_kinds[] = {
     [RDZV_REC_GROUP] = "group", [RDZV_REC_JOIN] = "join", [RDZV_REC_EPOCH] = "epoch",
@@ -133,9 +134,15 @@ int rdzv_record_read(const cJSON *rec, rdzv_record_t *out)
     case RDZV_REC_ROUTER:
         out->u.router.url = s_str(rec, "url");
         return out->u.router.url ? 0 : -1;
-    case RDZV_REC_RESIZE:
-        return s_num(rec, "world", &out->u.resize.world) < 0
+    case RDZV_REC_RESIZE: {
+        const char *how = s_str(rec, "how");
+        int how_kind = !how ? RDZV_RESIZE_KEEP
+                   : strcmp(how, "fresh") == 0 ? RDZV_RESIZE_FRESH
+                   : strcmp(how, "close") == 0 ? RDZV_RESIZE_CLOSE : -1;
+        out->u.resize.how = (rdzv_resize_how_t) (how_kind < 0 ? 0 : how_kind);
+        return how_kind < 0 || s_num(rec, "world", &out->u.resize.world) < 0
                || s_num(rec, "epoch", &out->u.resize.epoch) < 0 ? -1 : 0;
+    }
     }
     return -1;                   /* no kind: refused above */
 }
@@ -276,10 +283,13 @@ cJSON *rdzv_record_router(const char *group, const char *url)
     return rec ? s_done(rec, cJSON_AddStringToObject(rec, "url", url) != NULL) : NULL;
 }
 
-cJSON *rdzv_record_resize(const char *group, int world, int64_t epoch)
+cJSON *rdzv_record_resize(const char *group, int world, int64_t epoch, rdzv_resize_how_t how)
 {
     cJSON *rec = s_new(RDZV_REC_RESIZE, group);
     return rec ? s_done(rec, cJSON_AddNumberToObject(rec, "world", world)
-                                 && cJSON_AddNumberToObject(rec, "epoch", (double) epoch))
+                                 && cJSON_AddNumberToObject(rec, "epoch", (double) epoch)
+                                 && (how == RDZV_RESIZE_KEEP
+                                     || cJSON_AddStringToObject(rec, "how", how == RDZV_RESIZE_FRESH
+                                                                ? "fresh" : "close")))
                : NULL;
 }

@@ -29,6 +29,14 @@ typedef enum {
 /* A record as read: every field present with its type; ranges that depend
  * on the group (rank < world, epoch order) are the applier's to check. The
  * strings and arrays point into the cJSON record. */
+/* What a resize record does with the ranks (docs/protocol.md,
+ * "group_resize"): those below the new world keep their members and plans
+ * in the next epoch; none does (a fresh round: every rank joins anew); or
+ * the forming epoch closes at the ranks 0..world-1 that joined it, the
+ * epoch unchanged. Written as the record's "how": absent, "fresh",
+ * "close". */
+typedef enum { RDZV_RESIZE_KEEP, RDZV_RESIZE_FRESH, RDZV_RESIZE_CLOSE } rdzv_resize_how_t;
+
 typedef struct {
     rdzv_record_kind_t kind;
     const char *group;
@@ -42,7 +50,7 @@ typedef struct {
         struct { int64_t rank, start, count; const char *node; } plan;
         struct { int64_t epoch; const char *key, *value; } kv;
         struct { const char *url; } router;
-        struct { int64_t world, epoch; } resize;
+        struct { int64_t world, epoch; rdzv_resize_how_t how; } resize;
     } u;
 } rdzv_record_t;
 
@@ -67,7 +75,7 @@ cJSON *rdzv_record_kv(const char *group, int64_t epoch, const char *key, const c
 cJSON *rdzv_record_kv_ref(const char *group, int64_t epoch, const char *key, const char *value);
 cJSON *rdzv_record_delete(const char *group);
 cJSON *rdzv_record_router(const char *group, const char *url);
-cJSON *rdzv_record_resize(const char *group, int world, int64_t epoch);
+cJSON *rdzv_record_resize(const char *group, int world, int64_t epoch, rdzv_resize_how_t how);
 cJSON *rdzv_record_root_done(const char *group, int64_t epoch, bool retired);
 
 #endif

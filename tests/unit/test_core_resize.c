@@ -199,6 +199,85 @@ START_TEST(test_resumed_old_world_after_compaction)
 }
 END_TEST
 
+static void s_resize_fresh(int who, const char *group, int world)
+{
+    fx_send(who, "{\"v\":1,\"id\":%d,\"op\":\"group_resize\",\"group\":\"%s\",\"world\":%d,"
+            "\"fresh\":true}", who, group, world);
+}
+
+/* A forming epoch closes at the ranks 0..N-1 that joined it: they get
+ * their assignments at once, of world N, in the same epoch; a close that
+ * would leave a hole, or count ranks that did not join, is refused. */
+START_TEST(test_close_at_the_ranks_that_joined)
+{
+    fx_join(0, "g", 3, 0, "n0", "s0");
+    fx_join(1, "g", 3, 2, "n0", "s2");
+    s_resize(2, "g", 2);                          /* ranks 0 and 2: a hole */
+    ck_assert_str_eq(fx_error(2), RDZV_E_BAD_REQUEST);
+    s_resize(3, "g", 1);                          /* two joined, not one */
+    ck_assert_str_eq(fx_error(3), RDZV_E_BAD_REQUEST);
+    ck_assert_ptr_null(replies[0]);
+    ck_assert_int_eq(s_num("world"), 3);
+    fx_clear_replies();
+
+    fx_join(0, "h", 3, 0, "n0", "t0");
+    fx_join(1, "h", 3, 1, "n1", "t1");
+    ck_assert_ptr_null(replies[0]);
+    fx_send(2, "{\"v\":1,\"id\":2,\"op\":\"group_resize\",\"group\":\"h\",\"world\":2}");
+    ck_assert_int_eq(fx_field(replies[2], "epoch"), 1);
+    for (int who = 0; who < 2; who++) {
+        const cJSON *a = fx_assignment(who);
+        ck_assert_int_eq(fx_field(a, "world"), 2);
+        ck_assert_int_eq(fx_field(a, "epoch"), 1);
+        ck_assert_int_eq(fx_field(a, "rank"), who);
+    }
+    fx_clear_replies();
+    /* A rank whose join went with a restart asks again with the world it
+     * started with, and is answered; a restart replays the close. */
+    fx_join(3, "h", 3, 1, "n1", "t1");
+    ck_assert_int_eq(fx_field(fx_assignment(3), "world"), 2);
+    fx_clear_replies();
+    fx_reopen_cfg(fx_config());
+    fx_join(4, "h", 3, 0, "n0", "t0");
+    ck_assert_int_eq(fx_field(fx_assignment(4), "world"), 2);
+    ck_assert_int_eq(fx_field(fx_assignment(4), "epoch"), 1);
+    fx_clear_replies();
+}
+END_TEST
+
+/* A fresh resize starts a round no rank keeps its place in: every member
+ * goes (its heartbeat: not_found) with its plan, and the ranks join anew,
+ * first come first served. */
+START_TEST(test_fresh_round)
+{
+    fx_join(0, "g", 2, 0, "n0", "s0");
+    fx_join(1, "g", 2, 1, "n1", "s1");
+    fx_collect();
+    fx_clear_replies();
+    s_resize_fresh(2, "g", 2);                    /* the same world: a new round still */
+    ck_assert_int_eq(fx_field(replies[2], "epoch"), 2);
+    ck_assert_int_eq(s_plan(0), -1);
+    ck_assert_int_eq(s_plan(1), -1);
+    fx_send(3, "{\"v\":1,\"op\":\"heartbeat\",\"group\":\"g\",\"rank\":0,\"session\":\"s0\","
+            "\"epoch\":1}");
+    ck_assert_str_eq(fx_error(3), RDZV_E_NOT_FOUND);
+    s_resize_fresh(4, "g", 3);                    /* forming: refused, ordered */
+    ck_assert_str_eq(fx_error(4), RDZV_E_BAD_REQUEST);
+    fx_clear_replies();
+    /* The node that was rank 1 comes first this time and takes rank 0. */
+    fx_join(5, "g", 2, 0, "n1", "u1");
+    fx_join(6, "g", 2, 1, "n0", "u0");
+    ck_assert_int_eq(fx_field(fx_assignment(5), "epoch"), 2);
+    ck_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(fx_assignment(6), "master_addr")),
+                     cJSON_GetStringValue(cJSON_GetObjectItem(fx_assignment(5), "master_addr")));
+    fx_clear_replies();
+    fx_reopen_cfg(fx_config());
+    ck_assert_int_eq(s_num("epoch"), 2);
+    ck_assert(s_complete());
+    fx_clear_replies();
+}
+END_TEST
+
 /* To its own world: nothing changes. To 0, past --max-world, of a forming
  * group or of none: refused, nothing changes. */
 START_TEST(test_refusals)
@@ -280,6 +359,8 @@ int main(void)
     tcase_add_test(tc, test_refusals);
     tcase_add_test(tc, test_store_moves_between_epochs);
     tcase_add_test(tc, test_resumed_old_world_after_compaction);
+    tcase_add_test(tc, test_close_at_the_ranks_that_joined);
+    tcase_add_test(tc, test_fresh_round);
     tcase_add_test(tc, test_shrink_after_a_move);
     return rdzv_check_run(s);
 }
