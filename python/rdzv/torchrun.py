@@ -3,7 +3,14 @@
 train.py`.
 
 One rdzv rank per torchrun agent (node); the group is --rdzv-id, its world
---nnodes (fixed: rdzv has no elastic ranges). The agents' store, which the
+--nnodes. An elastic range (--nnodes MIN:MAX) has c10d's semantics: each
+round is an epoch where every node joins anew (a "fresh" group_resize to
+MAX starts it), and it closes when MAX nodes are in, or MIN are in and
+last_call_timeout (seconds, default 30) has passed since (a group_resize
+to the nodes that came closes it). A node that arrives after a round
+closed starts the next one, which the others see through
+num_nodes_waiting(); a node that leaves makes the others' workers fail,
+and their next round closes with the survivors if they are MIN or more. The agents' store, which the
 workers share (use_agent_store), is a TCPStore on the store port named in
 rank 0's plan (docs/concepts.md), bound from the assignment to the listen:
 rank 0's handler binds the socket itself (under librdzv_shim.so with an
@@ -17,7 +24,8 @@ Options (--rdzv-conf KEY=VALUE,...): rank (this node's rank; default
 RDZV_RANK, else the rank this host and node held before, else the first
 rank nobody holds), node (default RDZV_NODE, else the hostname), host
 (default --local-addr, else RDZV_HOST, else the address that routes to
-rdzvd), join_timeout (seconds, default 600), heartbeat (seconds, 5).
+rdzvd), join_timeout (seconds, default 600), heartbeat (seconds, 5),
+last_call_timeout (seconds, 30; elastic ranges only).
 
 This module imports torch only when torchrun asks for the handler, so the
 package works without it; it needs torch 2.5 or later, and says so in one
@@ -34,10 +42,12 @@ import time
 from typing import Any, Callable, Optional
 
 from .client import Client
-from .errors import Refused, Timeout
+from .errors import RdzvError, Refused, Timeout
 
 DEFAULT_JOIN_TIMEOUT_S = 600.0
 DEFAULT_HEARTBEAT_S = 5.0
+DEFAULT_LAST_CALL_S = 30.0
+CLOSER_STEP_S = 0.25
 CLOSED_KEY = "torchrun/closed"
 
 
@@ -106,14 +116,16 @@ class _Base:
     """The handler's logic, without torch's base class (see _handler_class)."""
 
     def __init__(self, params: Any):
-        if params.min_nodes != params.max_nodes:
-            raise ValueError("rdzv's torchrun backend has fixed world sizes: --nnodes %d:%d is "
-                             "an elastic range; give one number (--nnodes %d)"
-                             % (params.min_nodes, params.max_nodes, params.max_nodes))
+        if not 1 <= params.min_nodes <= params.max_nodes:
+            raise ValueError("--nnodes %d:%d: MIN must be at least 1 and at most MAX"
+                             % (params.min_nodes, params.max_nodes))
         self._params = params
         self._group = params.run_id
         self._world = params.max_nodes
+        self._min = params.min_nodes
+        self._elastic = params.min_nodes < params.max_nodes
         conf = params.config
+        self._last_call_s = float(conf.get("last_call_timeout", DEFAULT_LAST_CALL_S))
         self._rank_wanted = conf.get("rank", os.environ.get("RDZV_RANK"))
         self._node = conf.get("node", os.environ.get("RDZV_NODE")) or socket.gethostname()
         self._host = (params.local_addr or conf.get("host", os.environ.get("RDZV_HOST")))
@@ -162,7 +174,64 @@ class _Base:
             return mine + [r for r in range(self._world) if r != mine[0]]
         return list(range(self._world))
 
+    def _group_status(self, client: Client):
+        """The group's status object, None when there is no such group."""
+        try:
+            groups = client.status(self._group)
+        except Refused:
+            return None
+        return groups[0] if groups else None
+
+    def _new_round(self) -> None:
+        """Starts the next round: every node joins anew, the group's world
+        MAX until the round closes. Refused when another node started it
+        first (the group forms): that round is the one to join."""
+        try:
+            epoch = self._client.group_resize(self._group, self._world, fresh=True)
+            _log("group %s: round %d begins" % (self._group, epoch))
+        except Refused:
+            pass
+
+    def _join_elastic(self):
+        """A node's part of a round (--nnodes MIN:MAX)."""
+        deadline = time.monotonic() + self._join_timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Timeout("group %s: no round of %d to %d nodes closed within %g s"
+                              % (self._group, self._min, self._world, self._join_timeout))
+            g = self._group_status(self._client)
+            if g is not None and g.get("complete"):
+                mine = self._assignment is not None and self._assignment.epoch == g["epoch"]
+                if not mine and g["world"] >= self._world:
+                    time.sleep(1.0)       # full: this node waits for the next round
+                else:
+                    self._new_round()     # torchrun asks again, or a node came late
+                continue
+            joined = set(g["joined"]) if g else set()
+            for rank in [r for r in range(self._world) if r not in joined]:
+                closer = _Closer(self, g["epoch"] if g else 1)
+                try:
+                    a = self._client.join(self._group, self._world, rank, host=self._host,
+                                          node=self._node, timeout=max(left, 1.0),
+                                          nccl_id="none")
+                except Refused as e:
+                    if e.code == "rank_taken":
+                        continue          # another node came first: the next rank
+                    if e.code in ("world_mismatch", "not_found", "stale_epoch"):
+                        break             # the round closed or moved on meanwhile
+                    raise
+                except Timeout:
+                    break                 # said below, in the handler's words
+                finally:
+                    closer.stop()
+                self._rank = a.rank
+                return a
+            time.sleep(0.2)
+
     def _join(self):
+        if self._elastic:
+            return self._join_elastic()
         deadline = time.monotonic() + self._join_timeout
         while True:
             for rank in self._candidate_ranks():
@@ -200,10 +269,10 @@ class _Base:
         timeout = datetime.timedelta(seconds=self._join_timeout)
         if a.rank == 0:
             self._listen = _bound_socket(port)
-            store = _master_store(TCPStore, a.master_addr, port, self._world, timeout,
+            store = _master_store(TCPStore, a.master_addr, port, a.world, timeout,
                                   self._listen.fileno())
         else:
-            store = TCPStore(a.master_addr, port, self._world, False, timeout)
+            store = TCPStore(a.master_addr, port, a.world, False, timeout)
         self._store = store
         _log("group %s epoch %d: rank %d of %d, store %s:%d" % (a.group, a.epoch, a.rank,
                                                                  a.world, a.master_addr, port))
@@ -262,6 +331,50 @@ class _Base:
         self._drop_store()
         self._client.close()
         return True
+
+
+class _Closer:
+    """While this node waits in a round: once MIN nodes are in and
+    last_call_timeout has passed, closes the round at the nodes that came
+    (each waiting node runs one; the first close wins, the others find the
+    round closed). Its own client: the node's is blocked in the join."""
+
+    def __init__(self, handler: "_Base", epoch: int):
+        self._h, self._epoch = handler, epoch
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        h = self._h
+        since = None
+        try:
+            client = Client(h._endpoint)
+        except RdzvError:
+            return
+        with client:
+            while not self._stop.wait(CLOSER_STEP_S):
+                g = h._group_status(client)
+                if g is None or g.get("complete"):
+                    since = None
+                    continue
+                joined = sorted(g["joined"])
+                if len(joined) < h._min or g["epoch"] != self._epoch:
+                    since, self._epoch = None, g["epoch"]
+                    continue
+                since = since or time.monotonic()
+                if (time.monotonic() - since >= h._last_call_s
+                        and joined == list(range(len(joined)))):
+                    try:
+                        client.group_resize(h._group, len(joined))
+                        _log("group %s: round %d closed at %d nodes (last call)"
+                             % (h._group, g["epoch"], len(joined)))
+                    except Refused:
+                        pass      # another node closed it, or one more came
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
 
 
 _CLASS = None

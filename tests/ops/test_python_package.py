@@ -300,13 +300,13 @@ def torchrun_entry_point(srv):
     assert callable(creator) and creator.__name__ == "create_handler", creator
 
 
-def handler(srv, node, world=2, min_nodes=None, **conf):
+def handler(srv, node, world=2, min_nodes=None, run_id="trun", **conf):
     """The torchrun handler's logic (rdzv.torchrun._Base: everything but
     torch's base class and the store) for one node."""
     import types
     import rdzv.torchrun
     params = types.SimpleNamespace(
-        backend="rdzv", endpoint=srv.endpoint.replace("tcp://", ""), run_id="trun",
+        backend="rdzv", endpoint=srv.endpoint.replace("tcp://", ""), run_id=run_id,
         min_nodes=world if min_nodes is None else min_nodes, max_nodes=world,
         local_addr="127.0.0.1", config=dict(conf, node=node, join_timeout="20"))
     return rdzv.torchrun._Base(params)
@@ -326,16 +326,80 @@ def torchrun_torch_version(srv):
             assert "needs torch >= 2.5" in str(e) and old in str(e), str(e)
 
 
+def joined_all(handlers):
+    """Each handler's _join, run at once; {node: assignment}."""
+    got = {}
+    threads = [threading.Thread(target=lambda n=n, h=h: got.update({n: h._join()}))
+               for n, h in handlers.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return got
+
+
+@case
+def torchrun_handler_elastic_range(srv):
+    """Without torch, --nnodes 2:3 with last_call_timeout 1: two nodes
+    close a round of 2 after the last call; a third arriving starts the
+    next round, which the two see through num_nodes_waiting() and which
+    closes at 3 at once (MAX); after the third leaves, the survivors'
+    next round closes at 2. Each round is one epoch; ranks are dense."""
+    nodes = {n: handler(srv, "node-" + n, world=3, min_nodes=2, run_id="elastic",
+                        last_call_timeout="1", heartbeat="1") for n in "abc"}
+    pair = {n: nodes[n] for n in "ab"}
+    t0 = time.monotonic()
+    first = joined_all(pair)
+    took = time.monotonic() - t0
+    assert sorted(x.rank for x in first.values()) == [0, 1], first
+    assert {x.world for x in first.values()} == {2} and len({x.epoch for x in first.values()}) == 1
+    assert took >= 1.0, "the round closed before its last call: %.2f s" % took
+    for n, h in pair.items():
+        h._assignment = first[n]
+        assert h.num_nodes_waiting() == 0
+    late = {}
+    t = threading.Thread(target=lambda: late.update(c=nodes["c"]._join()))
+    t.start()
+    deadline = time.time() + 10
+    while nodes["a"].num_nodes_waiting() == 0 and time.time() < deadline:
+        time.sleep(0.2)
+    assert nodes["a"].num_nodes_waiting() == 1, "node a did not see the late node's round"
+    second = joined_all(pair)
+    t.join(30)
+    second.update(late)
+    assert sorted(x.rank for x in second.values()) == [0, 1, 2], second
+    assert {x.world for x in second.values()} == {3}, second
+    assert len({x.epoch for x in second.values()}) == 1 and second["a"].epoch > first["a"].epoch
+    for n, h in nodes.items():
+        h._assignment = second[n]
+    nodes["c"].shutdown()                  # node c leaves; torchrun on a and b asks again
+    third = joined_all(pair)
+    assert sorted(x.rank for x in third.values()) == [0, 1], third
+    assert {x.world for x in third.values()} == {2} and third["a"].epoch > second["a"].epoch
+    # Alone, below MIN: no round closes.
+    for n, h in pair.items():
+        h._assignment = third[n]
+    alone = handler(srv, "node-a", world=3, min_nodes=2, run_id="elastic", last_call_timeout="1")
+    alone._assignment, alone._join_timeout = third["a"], 3.0
+    try:
+        alone._join()
+        raise AssertionError("a round closed with one node of MIN 2")
+    except rdzv.Timeout as e:
+        assert "no round of 2 to 3 nodes" in str(e), str(e)
+    for h in list(nodes.values()) + [alone]:
+        h.shutdown()
+
+
 @case
 def torchrun_handler_ranks_and_restart(srv):
     """Without torch: two nodes take ranks by themselves; a node restarted
     gets its rank back and moves the group to a new epoch, which the other
     node's num_nodes_waiting() reports."""
     try:
-        handler(srv, "x", world=4, min_nodes=1)
-        raise AssertionError("an elastic range was accepted")
+        handler(srv, "x", world=4, min_nodes=0)
+        raise AssertionError("--nnodes 0:4 was accepted")
     except ValueError as e:
-        assert "fixed world sizes" in str(e) and "--nnodes 4" in str(e), str(e)
+        assert "MIN must be at least 1" in str(e), str(e)
     a, b = handler(srv, "node-a"), handler(srv, "node-b")
     got = {}
     threads = [threading.Thread(target=lambda h=h, n=n: got.update({n: h._join()}))
