@@ -29,5 +29,6 @@ for l in libczmq.so.4 libzmq.so.5 libcjson.so.1 libsodium.so.23 libpgm-5.3.so.0 
 done
 /usr/bin/python3 -m pip install --quiet --no-index --find-links /usr/share/python-wheels \
     --target "$out/pylib" "$src/python"
-cp "$src/tests/gpu/torchrun_backend.sh" "$src/tests/gpu/torchrun_train.py" "$out/"
+cp "$src/tests/gpu/torchrun_backend.sh" "$src/tests/gpu/torchrun_elastic.sh" \
+   "$src/tests/gpu/torchrun_train.py" "$out/"
 echo "carry $out ($(du -sh "$out" | cut -f1))"

@@ -28,12 +28,12 @@ t0=$(date +%s)
 a=$(node nodeA "$OUT/a.log"); b=$(node nodeB "$OUT/b1.log")
 waitfor "$OUT/a.log" 1 120 && waitfor "$OUT/b1.log" 1 60; echo "round 1 rc=$? after $(( $(date +%s) - t0 )) s"
 LD_LIBRARY_PATH=$D/lib "$D/bin/rdzv" status --server tcp://127.0.0.1:29400
-kill -9 -- -"$b"; sleep 1
+pkill -9 -P "$b"; kill -9 "$b"; sleep 1      # its worker too: it runs in a session of its own
 t1=$(date +%s)
 b=$(node nodeB "$OUT/b2.log")
 waitfor "$OUT/b2.log" 1 120 && waitfor "$OUT/a.log" 2 60; echo "round 2 rc=$? after $(( $(date +%s) - t1 )) s"
 LD_LIBRARY_PATH=$D/lib "$D/bin/rdzv" status --server tcp://127.0.0.1:29400
 kill -TERM -- -"$a" -"$b" 2>/dev/null; sleep 3; kill -9 -- -"$a" -"$b" 2>/dev/null
-for f in a b1 b2; do echo "=== $f"; grep -E "ROUND|rdzv torchrun|Error|error|Traceback|restart" "$OUT/$f.log" | head -30; done
+for f in a b1 b2; do echo "=== $f"; grep -E "START|ROUND|rdzv torchrun|Error|error|Traceback|restart" "$OUT/$f.log" | head -30; done
 kill "$srv"; wait "$srv" 2>/dev/null
 echo "=== rdzvd"; tail -20 "$OUT/rdzvd.log"
