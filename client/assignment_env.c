@@ -99,8 +99,12 @@ static char *s_join_ids(const rdzv_assignment_t *self)
 }
 
 /* rdzv's own names, then torch's and torchrun's, then vLLM's
- * (docs/torchrun-lws.md): MASTER_PORT and VLLM_DP_MASTER_PORT are the
- * group's store, VLLM_PORT starts vLLM's scans in this rank's probe pool. */
+ * (docs/torchrun-lws.md): MASTER_PORT is the group's store, VLLM_PORT
+ * starts vLLM's scans in this rank's probe pool. VLLM_DP_MASTER_PORT is
+ * rank 0's first port in every epoch: vLLM's get_open_port() skips the ten
+ * ports from it, which hold the store's places of both parities
+ * (rdzv_role_shift), and a scan from VLLM_PORT, ten above, must not start
+ * inside them (it would return the same skipped port forever). */
 static int s_write_env(const rdzv_assignment_t *self, FILE *f)
 {
     s_env_t e = { .f = f };
@@ -144,7 +148,8 @@ static int s_write_env(const rdzv_assignment_t *self, FILE *f)
     s_put_int(&e, "VLLM_DP_RANK", self->rank);
     s_put_int(&e, "VLLM_DP_SIZE", self->world);
     s_put(&e, "VLLM_DP_MASTER_IP", self->master_addr);
-    s_put_int(&e, "VLLM_DP_MASTER_PORT", self->store_port);
+    s_put_int(&e, "VLLM_DP_MASTER_PORT",
+              self->store_port - rdzv_role_shift((int) self->port_count, self->epoch));
     if (self->local_world > 0) {
         s_put_int(&e, "VLLM_DP_RANK_LOCAL", self->local_rank);
         s_put_int(&e, "VLLM_DP_SIZE_LOCAL", self->local_world);

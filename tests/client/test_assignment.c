@@ -258,6 +258,37 @@ START_TEST(test_env_lines)
 }
 END_TEST
 
+/* An even epoch of 32-port plans: the store is rank 0's P+3, and
+ * VLLM_DP_MASTER_PORT stays P, the base of the ten ports vLLM's scans
+ * skip (a scan from VLLM_PORT, P+10, would otherwise start inside them). */
+START_TEST(test_env_even_epoch)
+{
+    cJSON *root = cJSON_Parse(s_valid);
+    cJSON_ReplaceItemInObjectCaseSensitive(root, "epoch", cJSON_CreateNumber(2));
+    int ports[32];
+    for (int i = 0; i < 32; i++)
+        ports[i] = 19532 + i;
+    cJSON_ReplaceItemInObjectCaseSensitive(root, "ports", cJSON_CreateIntArray(ports, 32));
+    cJSON_ReplaceItemInObjectCaseSensitive(root, "master_port", cJSON_CreateNumber(19503));
+    cJSON *named = cJSON_GetObjectItemCaseSensitive(root, "named_ports");
+    cJSON_ReplaceItemInObjectCaseSensitive(named, "store", cJSON_CreateNumber(19503));
+    cJSON_ReplaceItemInObjectCaseSensitive(named, "dp_rpc", cJSON_CreateNumber(19504));
+    int probe[2] = { 19542, 19563 };
+    cJSON_ReplaceItemInObjectCaseSensitive(named, "probe", cJSON_CreateIntArray(probe, 2));
+    char *text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    rdzv_assignment_t *a = rdzv_assignment_from_json(text);
+    free(text);
+    ck_assert_ptr_nonnull(a);
+    char *env = rdzv_assignment_env(a);
+    ck_assert_ptr_nonnull(strstr(env, "\nMASTER_PORT=19503\n"));
+    ck_assert_ptr_nonnull(strstr(env, "\nVLLM_DP_MASTER_PORT=19500\n"));
+    ck_assert_ptr_nonnull(strstr(env, "\nVLLM_PORT=19542\n"));
+    free(env);
+    rdzv_assignment_destroy(&a);
+}
+END_TEST
+
 /* An rdzvd that names no ports and sends no local ranks: the layout it
  * had (VLLM_PORT the plan's first port), and nothing is made up. */
 START_TEST(test_env_older_server)
@@ -332,6 +363,7 @@ static Suite *s_suite(void)
     TCase *env = tcase_create("env");
     tcase_add_checked_fixture(env, s_setup, NULL);
     tcase_add_test(env, test_env_lines);
+    tcase_add_test(env, test_env_even_epoch);
     tcase_add_test(env, test_env_older_server);
     tcase_add_test(env, test_env_quoting);
     suite_add_tcase(s, env);
