@@ -10,7 +10,6 @@ leader drives: the standby never calls the router. One line per check
 (rdzvtest). Needs RDZVD, RDZV, RDZV_LIBRARY, etcd and haproxy; skips
 without either."""
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -20,15 +19,14 @@ import time
 import rdzv
 import rdzvtest
 import etcd_cluster
-from haproxy_router import Haproxy, server_name
+from haproxy_router import Haproxy, haproxy_exe, server_name
 from replicas import Replicas, skipped
 
 
 def main():
     if skipped():
         return rdzvtest.SKIP
-    exe = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy")
-                                      else None)
+    exe = haproxy_exe()
     if not exe:
         return rdzvtest.skip_all("haproxy is not installed (apt-get install haproxy)")
     report = rdzvtest.Report()

@@ -15,7 +15,6 @@ RDZV_SHIM."""
 import collections
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,15 +24,14 @@ import urllib.request
 
 import rdzvtest
 from engines import COUNTING as ENGINE
-from haproxy_router import Haproxy, server_name
+from haproxy_router import Haproxy, haproxy_exe, server_name
 
 INTERVAL = 1          # the agents' --health-interval and rdzvd's --router-interval
 
 
 def main():
     rdzvd, rdzv, shim = os.environ["RDZVD"], os.environ["RDZV"], os.environ["RDZV_SHIM"]
-    exe = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy")
-                                      else None)
+    exe = haproxy_exe()
     if not exe:
         return rdzvtest.skip_all("haproxy is not installed (apt-get install haproxy)")
     tmp = tempfile.TemporaryDirectory()

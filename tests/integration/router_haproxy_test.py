@@ -21,7 +21,6 @@ import collections
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -34,7 +33,7 @@ import urllib.request
 import rdzv as rdzvpy
 import rdzvtest
 from engines import COUNTING as ENGINE
-from haproxy_router import Haproxy, server_name
+from haproxy_router import Haproxy, haproxy_exe, server_name
 
 
 WORLD = 4
@@ -44,8 +43,7 @@ DEAD_AFTER = 4
 
 def main():
     rdzvd, rdzv, shim = os.environ["RDZVD"], os.environ["RDZV"], os.environ["RDZV_SHIM"]
-    exe = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy")
-                                      else None)
+    exe = haproxy_exe()
     if not exe:
         return rdzvtest.skip_all("haproxy is not installed (apt-get install haproxy)")
     tmp = tempfile.TemporaryDirectory()

@@ -4,10 +4,18 @@ backend, engines, with `balance roundrobin` and no server; what rdzvd's
 router driver puts in that backend is read back through the same socket."""
 import http.client
 import os
+import shutil
 import socket
 import subprocess
 
 import rdzvtest
+
+
+def haproxy_exe():
+    """Debian's haproxy (in /usr/sbin, which a user's PATH may lack), or
+    None when it is not installed."""
+    return shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy")
+                                       else None)
 
 
 def server_name(group, rank):
