@@ -1,4 +1,5 @@
 #include "agent_lease.h"
+#include "rdzv_proto.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -135,12 +136,22 @@ static bool s_idle_port0(const s_slot_t *s)
     return s->state == RDZV_PORT_LEASED && s->port0 && s->holders == 0;
 }
 
+size_t rdzv_lease_port0_slot(size_t n, size_t k)
+{
+    size_t pool = (size_t) rdzv_probe_offset((int) n);
+    if (pool > n)
+        pool = n;
+    return k < n - pool ? pool + k : n - 1 - k;
+}
+
 int rdzv_lease_probe_any(rdzv_lease_t *self, int *port_out)
 {
     s_slot_t *pick = NULL;
-    for (size_t i = 0; i < self->nslots && !pick; i++)
-        if (self->slots[i].state == RDZV_PORT_FREE)
-            pick = &self->slots[i];
+    for (size_t k = 0; k < self->nslots && !pick; k++) {
+        s_slot_t *s = &self->slots[rdzv_lease_port0_slot(self->nslots, k)];
+        if (s->state == RDZV_PORT_FREE)
+            pick = s;
+    }
     for (size_t i = 0; i < self->nslots && (!pick || pick->state != RDZV_PORT_FREE); i++) {
         s_slot_t *s = &self->slots[i];
         if (s_idle_port0(s) && (!pick || s->leased_at < pick->leased_at))

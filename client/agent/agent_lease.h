@@ -48,13 +48,19 @@ bool rdzv_lease_plan_span(const rdzv_lease_t *self, int *first, int *limit);
 int rdzv_lease_probe(rdzv_lease_t *self, int port);
 /* Undoes a probe whose socket could not be made: LEASED -> FREE. */
 void rdzv_lease_unprobe(rdzv_lease_t *self, int port);
-/* A port-0 probe: leases the first FREE port of the plan (plan order) and
- * stores it in *port_out. With none FREE, the port-0 lease taken longest
+/* A port-0 probe: leases the first FREE port of the plan in port-0 order
+ * (rdzv_lease_port0_slot) and stores it in *port_out. With none FREE, the port-0 lease taken longest
  * ago whose probe socket is closed everywhere (no holder, below) and that
  * never took a listener is leased again: a caller of vLLM's get_open_port()
  * asks for a fresh port again and again and binds few of them.
  * EADDRINUSE when there is none of either. */
 int rdzv_lease_probe_any(rdzv_lease_t *self, int *port_out);
+/* The k-th slot (0-based) of a plan of n ports in the order port-0 probes
+ * take them: the probe pool from its bottom, then the ports below it from
+ * the top down, so that the named roles (the store's and the DP RPC's two
+ * places, the api port) come last: a program's probe-close-bind of port 0
+ * must not take the port a later epoch's store binds. */
+size_t rdzv_lease_port0_slot(size_t n, size_t k);
 /* A probe socket of port was passed (delta 1) or is closed everywhere
  * (delta -1); only a port-0 lease without holders is leased again. */
 void rdzv_lease_hold(rdzv_lease_t *self, int port, int delta);

@@ -86,16 +86,35 @@ START_TEST(test_foreign_and_outside)
 }
 END_TEST
 
+/* Port-0 probes take the probe pool first, then the ports below it from
+ * the top down: the named roles last (the store's two places, P and P+3,
+ * and the DP RPC's, P+1 and P+4, of a plan of 12 or more; P and P+1 of a
+ * shorter one, whose pool starts at P+3). */
+START_TEST(test_port0_order)
+{
+    size_t want32[32];
+    for (size_t k = 0; k < 22; k++)
+        want32[k] = 10 + k;
+    for (size_t k = 22; k < 32; k++)
+        want32[k] = 31 - k;
+    for (size_t k = 0; k < 32; k++)
+        ck_assert_uint_eq(rdzv_lease_port0_slot(32, k), want32[k]);
+    static const size_t want4[] = { 3, 2, 1, 0 };
+    for (size_t k = 0; k < 4; k++)
+        ck_assert_uint_eq(rdzv_lease_port0_slot(4, k), want4[k]);
+}
+END_TEST
+
 START_TEST(test_probe_any_and_exhaustion)
 {
     int port = 0;
     ck_assert_int_eq(rdzv_lease_probe(s_lease, 20000), 0);
     ck_assert_int_eq(rdzv_lease_probe_any(s_lease, &port), 0);
-    ck_assert_int_eq(port, 20001);
+    ck_assert_int_eq(port, 20003);                   /* the pool's */
     rdzv_lease_hold(s_lease, port, 1);               /* its socket is open */
     ck_assert_int_eq(s_listen(s_lease, 20002, false), 0);
     ck_assert_int_eq(rdzv_lease_probe_any(s_lease, &port), 0);
-    ck_assert_int_eq(port, 20003);
+    ck_assert_int_eq(port, 20001);
     rdzv_lease_hold(s_lease, port, 1);
     ck_assert_int_eq(rdzv_lease_probe_any(s_lease, &port), EADDRINUSE);
     for (int p = BASE; p < LIMIT; p++)
@@ -115,20 +134,20 @@ START_TEST(test_probe_any_reuses_closed_port0_leases)
         ck_assert_int_eq(rdzv_lease_probe_any(s_lease, &first[i]), 0);
         rdzv_lease_hold(s_lease, first[i], 1);
     }
-    ck_assert_int_eq(first[0], 20001);
+    ck_assert_int_eq(first[0], 20003);
     ck_assert_int_eq(rdzv_lease_probe_any(s_lease, &port), EADDRINUSE);  /* all held */
-    rdzv_lease_hold(s_lease, 20003, -1);             /* closed */
-    rdzv_lease_hold(s_lease, 20001, -1);
+    rdzv_lease_hold(s_lease, 20001, -1);             /* closed */
+    rdzv_lease_hold(s_lease, 20003, -1);
     ck_assert_int_eq(rdzv_lease_probe_any(s_lease, &port), 0);
-    ck_assert_int_eq(port, 20001);                   /* the oldest closed one */
+    ck_assert_int_eq(port, 20003);                   /* the oldest closed one */
     rdzv_lease_hold(s_lease, port, 1);
-    ck_assert_int_eq(s_listen(s_lease, 20003, false), 0);   /* its owner binds it */
-    s_unlisten(s_lease, 20003);
+    ck_assert_int_eq(s_listen(s_lease, 20001, false), 0);   /* its owner binds it */
+    s_unlisten(s_lease, 20001);
     ck_assert_int_eq(rdzv_lease_probe_any(s_lease, &port), EADDRINUSE);
     for (int i = 0; i < 100; i++) {                  /* a long run of probe, close */
-        rdzv_lease_hold(s_lease, 20001, -1);
+        rdzv_lease_hold(s_lease, 20003, -1);
         ck_assert_int_eq(rdzv_lease_probe_any(s_lease, &port), 0);
-        ck_assert_int_eq(port, 20001);
+        ck_assert_int_eq(port, 20003);
         rdzv_lease_hold(s_lease, port, 1);
     }
     ck_assert_int_eq(rdzv_lease_state(s_lease, 20000), RDZV_PORT_LEASED);
@@ -193,6 +212,7 @@ static Suite *s_suite(void)
     tcase_add_test(tc, test_probe_leases_once);
     tcase_add_test(tc, test_scan_walks_the_plan);
     tcase_add_test(tc, test_foreign_and_outside);
+    tcase_add_test(tc, test_port0_order);
     tcase_add_test(tc, test_probe_any_and_exhaustion);
     tcase_add_test(tc, test_probe_any_reuses_closed_port0_leases);
     tcase_add_test(tc, test_listener_after_probe);

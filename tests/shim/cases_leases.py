@@ -59,8 +59,17 @@ print(json.dumps([port, ok]))
     check(got == [pod.plan[0], True], "probe then listener: %s" % got)
 
 
+def port0_order(plan):
+    """The order in which port-0 probes take a plan's ports: its probe pool
+    from the bottom, then the ports below the pool from the top down, so the
+    named roles come last (client/agent/agent_lease.h)."""
+    pool = 10 if len(plan) >= 12 else 3
+    return plan[pool:] + plan[:pool][::-1]
+
+
 def case_port0_probe(pod):
-    """A port-0 probe gets the next free plan port, which a later bind lands on;
+    """A port-0 probe gets the next free plan port (the probe pool first), which
+    a later bind lands on;
     a port-0 bind with SO_REUSEADDR passes through to the kernel."""
     got = pod.py_json(PROBE + """
 s = socket.socket(); s.bind(("0.0.0.0", 0)); first = s.getsockname()[1]; s.close()
@@ -72,7 +81,7 @@ k.bind(("0.0.0.0", 0)); kernel = k.getsockname()[1]
 print(json.dumps([first, second, bound, kernel]))
 """)
     first, second, bound, kernel = got
-    check([first, second] == pod.plan[:2], "port-0 probes got %s" % got)
+    check([first, second] == port0_order(pod.plan)[:2], "port-0 probes got %s" % got)
     check(bound == first, "the later bind did not land on the probed port")
     check(not pod.base <= kernel < pod.limit, "a SO_REUSEADDR port-0 bind was managed")
 
@@ -151,10 +160,11 @@ again = [probe(0) for _ in range(20)]
 print(json.dumps([leased, full, again, [err(p) for p in leased]]))
 """ % (PER_RANK, pod.base, pod.limit))
     leased, (port0, rest), again, explicit = got
-    check(leased == pod.plan, "port-0 probes leased %s" % leased)
+    check(leased == port0_order(pod.plan), "port-0 probes leased %s" % leased)
     check(port0 == 98, "a port-0 probe with the whole plan held: errno %d" % port0)
     check(rest == [98] * SPAN, "probes of the range with the plan held: %s" % rest)
-    check(again == (pod.plan * 3)[:20], "20 port-0 probes after the 8 closed got %s" % again)
+    check(again == (port0_order(pod.plan) * 3)[:20],
+          "20 port-0 probes after the 8 closed got %s" % again)
     check(explicit == [98] * PER_RANK, "explicit probes of the leased ports: %s" % explicit)
 
 
