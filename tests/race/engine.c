@@ -18,9 +18,14 @@
              engine): the executor's get_open_port() (which skips the ten
              ports from VLLM_DP_MASTER_PORT) picks this Pod's world store
              port, EngineCore binds it after the delay and its worker dials it.
-    Listeners bind with SO_REUSEADDR, as TCPStore's do, and each is reported
-    with its role, for the harness to check against the assignment's named
-    ports.  The child writes one JSON result with failures of kind
+    With --elastic (the scale-up scenario, moe only) the engine is one rank
+    of a deployment that grows while it serves, as engine.py says: it stays
+    up until DIR/stop, and on SIGUSR1 (the front end passes it on to
+    EngineCore) moves to the next epoch, rank 0 binding that epoch's
+    bootstrap ports beside the old epoch's and rank k dialling the new DP
+    store.  Listeners bind with SO_REUSEADDR, as TCPStore's do, and each is
+    reported with its role and epoch, for the harness to check against the
+    assignment's named ports.  The child writes one JSON result with failures of kind
     eaddrinuse, wrong_peer or timeout. */
 
 #include <arpa/inet.h>
@@ -29,6 +34,7 @@
 #include <inttypes.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -48,7 +54,12 @@
 #define DP_RPC_FLAG       "--data-parallel-rpc-port"
 #define MAX_RESCANS       64
 #define MAX_EVENTS        32
-#define MAX_LISTENERS     8
+#define MAX_LISTENERS     16
+#define MAX_SERVING       8       /* an elastic rank 0's stores, of both epochs */
+#define MAX_HELD          4       /* listeners held, not served */
+#define ELASTIC_MS        30000
+#define ENV_FILE_MAX      65536   /* PATH.env: the NCCL IDs make it long */
+#define ENV_KEYS_MAX      128
 #define POLL_MS           5
 #define PEERS_POLL_MS     50
 #define DIAL_RETRY_MS     10
@@ -65,12 +76,28 @@ typedef struct {
     int port;
     char detail[96];
     long t_ms;
+    int epoch;
 } race_event_t;
 
 typedef struct {
     const char *role;             /* dp-rpc, dp-store, world-store */
     int port;
+    int epoch;
 } race_listener_t;
+
+/*  An epoch's environment: the process's at the start, PATH.env after a
+    move.  The named ports are the assignment's (rdzv mode). */
+typedef struct {
+    bool named;
+    int store, dp_rpc, probe_lo, probe_hi;   /* dp_rpc -1: none named */
+    long epoch, world;                       /* 0: not said (bare mode) */
+    char vllm_args[512];
+} race_env_t;
+
+typedef struct {
+    int fd;
+    char secret[17];              /* its epoch's */
+} race_serving_t;
 
 typedef struct {
     int trial, group, rank, world;
@@ -92,9 +119,33 @@ typedef struct {
     int last_error;               /* errno of the last failed dial */
     race_listener_t listeners[MAX_LISTENERS];
     int n_listeners;
-    bool named;                   /* the assignment's named ports (rdzv mode) */
-    int named_store, named_dp_rpc, probe_lo, probe_hi;
+    race_env_t env, start_env;    /* the epoch's environment; the start's */
+    int epoch, start_epoch;
+    /* --elastic */
+    bool elastic, move_done, moved;
+    int scale_world, elastic_ms;
+    int start_ports[PORT_LIST_LEN];
+    int moved_world, moved_bound_port;
+    long moved_bound_t_ms;
+    int rpc_bound;                /* the DP RPC port the front end holds */
+    race_serving_t serving[MAX_SERVING];
+    int n_serving;
+    int held[MAX_HELD];
+    int n_held;
 } race_rank_t;
+
+/*  SIGUSR1, the deployment's move to a new epoch: the front end passes it
+    on to EngineCore, where the move happens. */
+static volatile sig_atomic_t g_moved;
+static volatile pid_t g_engine_core;
+
+static void s_on_move(int sig)
+{
+    if (g_engine_core > 0)
+        kill(g_engine_core, sig);
+    else
+        g_moved = 1;
+}
 
 static double s_now(void)
 {
@@ -144,6 +195,7 @@ static void s_event(race_rank_t *self, const char *kind, const char *what,
     ev->what = what;
     ev->port = port;
     ev->t_ms = s_ms(self);
+    ev->epoch = self->epoch;
     ev->detail[0] = '\0';
     if (fmt) {
         va_list ap;
@@ -197,12 +249,9 @@ static int s_get_open_port(int start)
 /*  --data-parallel-rpc-port as a launch script passes it: the value after
     the flag in the assignment's RDZV_VLLM_ARGS under rdzv, else GIVEN
     (vLLM's default when the operator sets none). */
-static int s_rpc_port(int given)
+static int s_rpc_port(const char *args, int given)
 {
-    const char *env = getenv("RDZV_VLLM_ARGS");
-    if (!env)
-        return given;
-    char *words = strdup(env), *save = NULL, *prev = NULL;
+    char *words = strdup(args), *save = NULL, *prev = NULL;
     int port = given;
     if (!words)
         return given;
@@ -216,22 +265,83 @@ static int s_rpc_port(int given)
     return port;
 }
 
-/*  The assignment's named ports, for the harness's role check; none in bare
-    mode, where no RDZV_PORT_STORE is set.  A missing RDZV_PORT_DP_RPC (the
-    agent names none for a group without DP RPC) is written as null. */
-static void s_named_ports(race_rank_t *self)
+typedef const char *(*race_get_fn)(void *ctx, const char *key);
+
+static const char *s_getenv(void *ctx, const char *key)
 {
-    const char *store = getenv("RDZV_PORT_STORE");
+    (void) ctx;
+    return getenv(key);
+}
+
+/*  PATH.env as the agent writes it: KEY=VALUE lines, a value with spaces
+    (RDZV_VLLM_ARGS) in single quotes. */
+typedef struct {
+    char text[ENV_FILE_MAX];
+    const char *keys[ENV_KEYS_MAX], *values[ENV_KEYS_MAX];
+    int n;
+} race_env_file_t;
+
+static int s_env_file_read(race_env_file_t *file, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t len = fread(file->text, 1, sizeof file->text - 1, f);
+    fclose(f);
+    file->text[len] = '\0';
+    file->n = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(file->text, "\n", &save); line && file->n < ENV_KEYS_MAX;
+         line = strtok_r(NULL, "\n", &save)) {
+        char *eq = strchr(line, '=');
+        if (!eq)
+            continue;
+        *eq = '\0';
+        char *value = eq + 1;
+        size_t n = strlen(value);
+        if (n >= 2 && value[0] == '\'' && value[n - 1] == '\'') {
+            value[n - 1] = '\0';
+            value++;
+        }
+        file->keys[file->n] = line;
+        file->values[file->n++] = value;
+    }
+    return 0;
+}
+
+static const char *s_env_file_get(void *ctx, const char *key)
+{
+    const race_env_file_t *file = ctx;
+    for (int i = 0; i < file->n; i++)
+        if (strcmp(file->keys[i], key) == 0)
+            return file->values[i];
+    return NULL;
+}
+
+/*  The named ports, for the harness's role check, are none in bare mode,
+    where no RDZV_PORT_STORE is set.  A missing RDZV_PORT_DP_RPC (the agent
+    names none for a group without DP RPC) is written as null. */
+static void s_env_fill(race_env_t *env, race_get_fn get, void *ctx)
+{
+    memset(env, 0, sizeof *env);
+    const char *v;
+    if ((v = get(ctx, "RDZV_VLLM_ARGS")))
+        snprintf(env->vllm_args, sizeof env->vllm_args, "%s", v);
+    if ((v = get(ctx, "RDZV_EPOCH")))
+        env->epoch = atol(v);
+    if ((v = get(ctx, "RDZV_WORLD")))
+        env->world = atol(v);
+    const char *store = get(ctx, "RDZV_PORT_STORE");
     if (!store)
         return;
-    const char *dp_rpc = getenv("RDZV_PORT_DP_RPC");
-    const char *probe = getenv("RDZV_PORT_PROBE");
-    self->named = true;
-    self->named_store = atoi(store);
-    self->named_dp_rpc = dp_rpc ? atoi(dp_rpc) : -1;
-    if (!probe || sscanf(probe, "%d-%d", &self->probe_lo, &self->probe_hi) != 2) {
-        self->probe_lo = 0;
-        self->probe_hi = -1;      /* an empty pool: every store reads as outside */
+    const char *dp_rpc = get(ctx, "RDZV_PORT_DP_RPC");
+    const char *probe = get(ctx, "RDZV_PORT_PROBE");
+    env->named = true;
+    env->store = atoi(store);
+    env->dp_rpc = dp_rpc ? atoi(dp_rpc) : -1;
+    if (!probe || sscanf(probe, "%d-%d", &env->probe_lo, &env->probe_hi) != 2) {
+        env->probe_lo = 0;
+        env->probe_hi = -1;       /* an empty pool: every store reads as outside */
     }
 }
 
@@ -258,8 +368,12 @@ static int s_get_open_ports_list(int start, int ports[PORT_LIST_LEN])
 
 static void s_path(const race_rank_t *self, char *buf, size_t size, const char *what)
 {
-    if (strcmp(what, "ports") == 0)
+    /* each epoch of an elastic deployment has its own candidate list */
+    if (strcmp(what, "ports") == 0 && (!self->elastic || self->epoch <= 1))
         snprintf(buf, size, "%s/g%d.ports", self->dir, self->group);
+    else
+    if (strcmp(what, "ports") == 0)
+        snprintf(buf, size, "%s/g%d.e%d.ports", self->dir, self->group, self->epoch);
     else
         snprintf(buf, size, "%s/result-g%d-r%d.json", self->dir, self->group, self->rank);
 }
@@ -298,11 +412,16 @@ static bool s_parse_broadcast(race_rank_t *self, FILE *f)
     return true;
 }
 
+static bool s_stopped(const race_rank_t *self);
+
 static bool s_read_broadcast(race_rank_t *self)
 {
     char path[512];
     s_path(self, path, sizeof path, "ports");
-    while (s_now() < self->deadline) {
+    /* An elastic engine waits for the list as long as it serves, as vLLM's
+       handshake waits minutes: a rank 0 that starts late is not what its
+       scenario is about.  The window after the list is the same. */
+    while (self->elastic ? !s_stopped(self) : s_now() < self->deadline) {
         FILE *f = fopen(path, "r");
         if (f) {
             bool ok = s_parse_broadcast(self, f);
@@ -335,7 +454,7 @@ static int s_listen(race_rank_t *self, int port, const char *role)
         return -1;
     }
     if (self->n_listeners < MAX_LISTENERS)
-        self->listeners[self->n_listeners++] = (race_listener_t) { role, port };
+        self->listeners[self->n_listeners++] = (race_listener_t) { role, port, self->epoch };
     return fd;
 }
 
@@ -352,16 +471,46 @@ static int s_listen_or_report(race_rank_t *self, int port, const char *role)
     return fd;
 }
 
-/*  Pops from the end of POPS (*N of them), as stateless_init_dp_group()
-    takes its ports, until one binds. */
+/*  An elastic deployment's manager names each epoch's DP master port: under
+    rdzv the assignment's store port of this epoch.  -1: vLLM takes a pop of
+    its list (bare, and every start-up scenario). */
+static int s_named_store(const race_rank_t *self)
+{
+    return self->elastic && self->env.named ? self->env.store : -1;
+}
+
+/*  The port rank 0's DP store binds first and rank k dials: the named store
+    port, else the first DP pop (the API server took the last). */
+static int s_dp_port(const race_rank_t *self)
+{
+    int named = s_named_store(self);
+    return named >= 0 ? named : self->ports[PORT_LIST_LEN - 2];
+}
+
+/*  As stateless_init_dp_group(): on EADDRINUSE the next port, up to five
+    times: the next pop from the end of POPS (*N of them), or after a named
+    port the one above it (get_next_dp_init_port() with no list left). */
 static int s_bind_dp_store(race_rank_t *self, const int *pops, int *n)
 {
-    for (int attempt = 0; attempt < DP_BIND_ATTEMPTS && *n > 0; attempt++) {
-        int port = pops[--*n];
+    int named = s_named_store(self);
+    for (int attempt = 0; attempt < DP_BIND_ATTEMPTS; attempt++) {
+        int port;
+        if (named >= 0)
+            port = named + attempt;
+        else
+        if (*n > 0)
+            port = pops[--*n];
+        else
+            break;
         int fd = s_listen(self, port, "dp-store");
         if (fd != -1) {
-            self->bound_port = port;
-            self->bound_t_ms = s_ms(self);
+            if (self->moved) {
+                self->moved_bound_port = port;
+                self->moved_bound_t_ms = s_ms(self);
+            } else {
+                self->bound_port = port;
+                self->bound_t_ms = s_ms(self);
+            }
             return fd;
         }
         if (errno != EADDRINUSE)
@@ -378,7 +527,10 @@ static int s_read_line(int fd, char *buf, size_t size)
     size_t len = 0;
     while (len + 1 < size) {
         struct pollfd pfd = { .fd = fd, .events = POLLIN };
-        if (poll(&pfd, 1, IO_TIMEOUT_MS) != 1)
+        int rc = poll(&pfd, 1, IO_TIMEOUT_MS);
+        if (rc == -1 && errno == EINTR)
+            continue;             /* an epoch move's signal */
+        if (rc != 1)
             return -1;
         ssize_t n = recv(fd, buf + len, 1, 0);
         if (n <= 0)
@@ -404,13 +556,13 @@ static void s_send_all(int fd, const char *text)
     }
 }
 
-static void s_serve_one(race_rank_t *self, int conn)
+static void s_serve_one(race_rank_t *self, int conn, const char *secret)
 {
     char line[LINE_MAX_LEN], token[17], mac[17], reply[LINE_MAX_LEN];
     int trial, group, rank;
     if (s_read_line(conn, line, sizeof line) == 0
     &&  sscanf(line, "HELLO %d %d %d %16s", &trial, &group, &rank, token) == 4) {
-        s_mac(self->secret, token, mac);
+        s_mac(secret, token, mac);
         snprintf(reply, sizeof reply, "OK %d %d %d %s %s\n",
                  self->trial, self->group, rank, token, mac);
         s_send_all(conn, reply);
@@ -447,7 +599,7 @@ static void s_serve(race_rank_t *self, int lfd)
             continue;
         int conn = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
         if (conn != -1)
-            s_serve_one(self, conn);
+            s_serve_one(self, conn, self->secret);
     }
 }
 
@@ -489,8 +641,7 @@ static int s_dial_once(race_rank_t *self, int port, const char *host)
 
 static void s_dial(race_rank_t *self)
 {
-    /* the first DP pop: the API server took the last */
-    int port = self->ports[PORT_LIST_LEN - 2], attempts = 0;
+    int port = s_dp_port(self), attempts = 0;
     long first = s_ms(self);
     while (s_now() < self->deadline) {
         attempts++;
@@ -502,14 +653,199 @@ static void s_dial(race_rank_t *self)
             attempts, first, self->last_error ? strerrorname_np(self->last_error) : "");
 }
 
+static long s_delay_ms(const race_rank_t *self)
+{
+    return self->delay_max_ms > 0
+        ? (long) (s_random64() % (uint64_t) (self->delay_max_ms + 1)) : 0;
+}
+
 static void s_delay(race_rank_t *self)
 {
-    if (self->delay_max_ms > 0)
-        s_sleep_ms((long) (s_random64() % (uint64_t) (self->delay_max_ms + 1)));
+    s_sleep_ms(s_delay_ms(self));
+}
+
+/*  --elastic: the scale-up scenario. */
+
+/*  The trial is over (the harness made DIR/stop) or this engine's own limit
+    passed: an elastic engine serves until then, as a deployment's engines
+    serve on after they grew. */
+static bool s_stopped(const race_rank_t *self)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/stop", self->dir);
+    return access(path, F_OK) == 0 || s_now() >= self->start + self->elastic_ms / 1000.0;
+}
+
+/*  This rank's part of its epoch is done (rank 0's stores bound, rank k's
+    dial answered or given up): the harness grows the deployments, and ends
+    the trial, once every rank has said so. */
+static void s_mark_ready(const race_rank_t *self)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/ready-g%d-r%d-e%d", self->dir, self->group, self->rank,
+             self->epoch);
+    FILE *f = fopen(path, "w");
+    if (f)
+        fclose(f);
+}
+
+/*  The epoch the deployment moved to: PATH.env, which the agent rewrote
+    before it signalled (rdzv), else the next one with --scale-world ranks
+    (bare).  False if there is no newer epoch than this one. */
+static bool s_next_epoch(race_rank_t *self)
+{
+    static race_env_file_t file;
+    self->move_done = true;
+    const char *sock = getenv("RDZV_AGENT_SOCKET");
+    race_env_t env = self->env;
+    long epoch = self->epoch + 1;
+    if (sock) {
+        char path[512];
+        snprintf(path, sizeof path, "%s.env", sock);
+        if (s_env_file_read(&file, path) == -1) {
+            s_event(self, "timeout", "epoch", 0, "signalled, but cannot read %s: %s",
+                    path, strerror(errno));
+            return false;
+        }
+        s_env_fill(&env, s_env_file_get, &file);
+        epoch = env.epoch;
+    }
+    if (epoch <= self->epoch) {
+        s_event(self, "timeout", "epoch", 0, "signalled, but %s.env says epoch %ld",
+                sock ? sock : "", epoch);
+        return false;
+    }
+    self->env = env;
+    self->epoch = (int) epoch;
+    self->moved = true;
+    self->moved_world = env.world > 0 ? (int) env.world : self->scale_world;
+    self->moved_bound_port = 0;
+    self->moved_bound_t_ms = -1;
+    memset(self->ports, 0, sizeof self->ports);
+    self->deadline = s_now() + self->timeout_ms / 1000.0;
+    return true;
+}
+
+/*  The epoch's DP store, with vLLM's retries, and world store, each served
+    with the epoch's secret. */
+static void s_add_serving(race_rank_t *self, int fd)
+{
+    if (self->n_serving == MAX_SERVING) {
+        close(fd);
+        return;
+    }
+    race_serving_t *s = &self->serving[self->n_serving++];
+    s->fd = fd;
+    memcpy(s->secret, self->secret, sizeof s->secret);
+}
+
+static void s_bind_stores(race_rank_t *self)
+{
+    int pops[PORT_LIST_LEN], n = PORT_LIST_LEN;
+    memcpy(pops, self->ports, sizeof pops);
+    n--;                          /* the API server's data_parallel_master_port */
+    int dp = s_bind_dp_store(self, pops, &n);
+    if (dp == -1) {
+        s_event(self, "timeout", "dp-store", 0, "no port left to bind");
+        return;
+    }
+    s_add_serving(self, dp);
+    int world = n > 0 ? s_listen_or_report(self, pops[--n], "world-store") : -1;
+    if (world != -1)
+        s_add_serving(self, world);
+}
+
+/*  Rank 0, told the deployment grew: the new epoch's DP RPC port when it
+    names another one (rdzv; vLLM's own is fixed), and a new list from
+    VLLM_PORT (the new topology's DP master ports), published with a new
+    secret.  The RPC listener binds here rather than in the front end: the
+    port is what counts.  Returns when EngineCore binds the stores (after
+    the reconfiguration's handshake, a random delay), or -1. */
+static double s_begin_move(race_rank_t *self)
+{
+    if (!s_next_epoch(self))
+        return -1;
+    int port = s_rpc_port(self->env.vllm_args, self->rpc_port);
+    if (port != self->rpc_bound) {
+        int fd = s_listen_or_report(self, port, "dp-rpc");
+        if (fd != -1 && self->n_held < MAX_HELD)
+            self->held[self->n_held++] = fd;
+    }
+    const char *env = getenv("VLLM_PORT");
+    if (s_get_open_ports_list(env ? atoi(env) : 19500, self->ports) == -1
+    ||  s_publish(self) == -1) {
+        s_event(self, "timeout", "broadcast", 0, "no new list: %s", strerror(errno));
+        return -1;
+    }
+    return s_now() + s_delay_ms(self) / 1000.0;
+}
+
+/*  The old epoch's stores serve until the trial ends, beside the new
+    epoch's: a deployment's old DP group lives on while the new one forms. */
+static void s_elastic_rank0(race_rank_t *self)
+{
+    s_delay(self);
+    s_bind_stores(self);
+    s_mark_ready(self);
+    double bind_at = -1;
+    while (!s_stopped(self)) {
+        if (g_moved && !self->move_done)
+            bind_at = s_begin_move(self);
+        double now = s_now();
+        if (bind_at >= 0 && now >= bind_at) {
+            bind_at = -1;
+            s_bind_stores(self);
+            s_mark_ready(self);
+        }
+        int wait_ms = PEERS_POLL_MS;
+        if (bind_at >= 0 && (bind_at - now) * 1000 < wait_ms)
+            wait_ms = (int) ((bind_at - now) * 1000);
+        struct pollfd pfds[MAX_SERVING];
+        for (int i = 0; i < self->n_serving; i++)
+            pfds[i] = (struct pollfd) { .fd = self->serving[i].fd, .events = POLLIN };
+        if (poll(pfds, (nfds_t) self->n_serving, wait_ms < 0 ? 0 : wait_ms) <= 0)
+            continue;
+        for (int i = 0; i < self->n_serving; i++) {
+            if (!(pfds[i].revents & POLLIN))
+                continue;
+            int conn = accept4(pfds[i].fd, NULL, NULL, SOCK_CLOEXEC);
+            if (conn != -1)
+                s_serve_one(self, conn, self->serving[i].secret);
+        }
+    }
+    for (int i = 0; i < self->n_serving; i++)
+        close(self->serving[i].fd);
+    for (int i = 0; i < self->n_held; i++)
+        close(self->held[i]);
+}
+
+/*  Dials its epoch's DP store; on a move, the new epoch's. */
+static void s_elastic_rank_k(race_rank_t *self)
+{
+    s_delay(self);
+    s_dial(self);
+    s_mark_ready(self);
+    while (!s_stopped(self)) {
+        if (g_moved && !self->move_done) {
+            if (s_next_epoch(self) && s_read_broadcast(self)) {
+                s_delay(self);
+                s_dial(self);
+            }
+            s_mark_ready(self);
+        }
+        s_sleep_ms(POLL_MS);
+    }
 }
 
 static void s_engine_core_moe(race_rank_t *self)
 {
+    if (self->elastic) {
+        if (self->rank == 0)
+            s_elastic_rank0(self);
+        else
+            s_elastic_rank_k(self);
+        return;
+    }
     s_delay(self);
     if (self->rank > 0) {
         s_dial(self);
@@ -542,7 +878,7 @@ static void s_serve_first(race_rank_t *self, int lfd)
     if (left_ms > 0 && poll(&pfd, 1, left_ms) == 1) {
         int conn = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
         if (conn != -1)
-            s_serve_one(self, conn);
+            s_serve_one(self, conn, self->secret);
     }
     _exit(self->peers_ok ? 1 : self->foreign_peers ? 2 : 0);
 }
@@ -598,6 +934,27 @@ static void s_json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
+static void s_write_named(FILE *f, const race_env_t *env)
+{
+    if (!env->named)
+        fprintf(f, "null");
+    else
+    if (env->dp_rpc < 0)
+        fprintf(f, "{\"store\": %d, \"dp_rpc\": null, \"probe\": [%d, %d]}",
+                env->store, env->probe_lo, env->probe_hi);
+    else
+        fprintf(f, "{\"store\": %d, \"dp_rpc\": %d, \"probe\": [%d, %d]}",
+                env->store, env->dp_rpc, env->probe_lo, env->probe_hi);
+}
+
+static void s_write_ports(FILE *f, const int *ports)
+{
+    fputc('[', f);
+    for (int i = 0; i < PORT_LIST_LEN; i++)
+        fprintf(f, "%s%d", i ? ", " : "", ports[i]);
+    fputc(']', f);
+}
+
 static int s_write_result(const race_rank_t *self)
 {
     char path[512], tmp[520];
@@ -606,36 +963,41 @@ static int s_write_result(const race_rank_t *self)
     FILE *f = fopen(tmp, "w");
     if (!f)
         return -1;
-    fprintf(f, "{\"trial\": %d, \"group\": %d, \"rank\": %d, \"engine\": \"c\", \"ports\": [",
+    fprintf(f, "{\"trial\": %d, \"group\": %d, \"rank\": %d, \"engine\": \"c\", \"ports\": ",
             self->trial, self->group, self->rank);
-    for (int i = 0; i < PORT_LIST_LEN; i++)
-        fprintf(f, "%s%d", i ? ", " : "", self->ports[i]);
-    fprintf(f, "], \"tp_port\": %d, \"unix_start_ms\": %lld, \"events\": [",
+    /* "ports" stays the start-up list; the move's goes with the move */
+    s_write_ports(f, self->moved ? self->start_ports : self->ports);
+    fprintf(f, ", \"tp_port\": %d, \"unix_start_ms\": %lld, \"events\": [",
             self->tp_port, self->unix_start_ms);
     for (int i = 0; i < self->n_events; i++) {
         const race_event_t *ev = &self->events[i];
         fprintf(f, "%s{\"kind\": \"%s\", \"what\": \"%s\", \"port\": %d, \"detail\": ",
                 i ? ", " : "", ev->kind, ev->what, ev->port);
         s_json_string(f, ev->detail);
-        fprintf(f, ", \"t_ms\": %ld}", ev->t_ms);
+        fprintf(f, ", \"t_ms\": %ld, \"epoch\": %d}", ev->t_ms, ev->epoch);
     }
     fprintf(f, "], \"foreign_peers\": %d, \"peers_ok\": %d, \"bound_port\": %d, "
                "\"bound_t_ms\": %ld, \"listeners\": [",
             self->foreign_peers, self->peers_ok, self->bound_port, self->bound_t_ms);
     for (int i = 0; i < self->n_listeners; i++)
-        fprintf(f, "%s[\"%s\", %d]", i ? ", " : "",
-                self->listeners[i].role, self->listeners[i].port);
+        fprintf(f, "%s[\"%s\", %d, %d]", i ? ", " : "", self->listeners[i].role,
+                self->listeners[i].port, self->listeners[i].epoch);
     fprintf(f, "], \"named\": ");
-    if (!self->named)
+    s_write_named(f, &self->start_env);
+    fprintf(f, ", \"model\": \"%s\", \"epoch\": %d, \"moved\": ", self->model,
+            self->start_epoch);
+    if (!self->moved)
         fprintf(f, "null");
-    else
-    if (self->named_dp_rpc < 0)
-        fprintf(f, "{\"store\": %d, \"dp_rpc\": null, \"probe\": [%d, %d]}",
-                self->named_store, self->probe_lo, self->probe_hi);
-    else
-        fprintf(f, "{\"store\": %d, \"dp_rpc\": %d, \"probe\": [%d, %d]}",
-                self->named_store, self->named_dp_rpc, self->probe_lo, self->probe_hi);
-    fprintf(f, ", \"model\": \"%s\"}\n", self->model);
+    else {
+        fprintf(f, "{\"epoch\": %d, \"world\": %d, \"named\": ", self->epoch,
+                self->moved_world);
+        s_write_named(f, &self->env);
+        fprintf(f, ", \"bound_port\": %d, \"bound_t_ms\": %ld, \"ports\": ",
+                self->moved_bound_port, self->moved_bound_t_ms);
+        s_write_ports(f, self->ports);
+        fputc('}', f);
+    }
+    fprintf(f, "}\n");
     if (fclose(f) != 0)
         return -1;
     return rename(tmp, path);
@@ -645,6 +1007,7 @@ static int s_write_result(const race_rank_t *self)
     child's exit status is this process's. */
 static int s_fork_engine_core(race_rank_t *self, void (*body)(race_rank_t *))
 {
+    memcpy(self->start_ports, self->ports, sizeof self->ports);
     fflush(NULL);
     pid_t pid = fork();
     if (pid == -1)
@@ -653,6 +1016,9 @@ static int s_fork_engine_core(race_rank_t *self, void (*body)(race_rank_t *))
         body(self);
         _exit(s_write_result(self) != 0 ? 2 : self->n_events ? 1 : 0);
     }
+    g_engine_core = pid;
+    if (g_moved)                  /* it came before EngineCore existed */
+        kill(pid, SIGUSR1);
     int status;
     while (waitpid(pid, &status, 0) == -1 && errno == EINTR)
         ;
@@ -663,7 +1029,8 @@ static void s_usage(void)
 {
     fprintf(stderr, "usage: rdzv-race-engine --trial T --group G --rank R --world N "
                     "--dir DIR [--peer-host ADDR] [--delay-max-ms MS] [--timeout-ms MS] "
-                    "[--model moe|dense] [--rpc-port PORT]\n");
+                    "[--model moe|dense] [--rpc-port PORT] [--elastic] [--epoch E] "
+                    "[--scale-world N] [--elastic-ms MS]\n");
 }
 
 static int s_parse_args(race_rank_t *self, int argc, char **argv)
@@ -679,6 +1046,10 @@ static int s_parse_args(race_rank_t *self, int argc, char **argv)
         { "timeout-ms", required_argument, NULL, 'T' },
         { "model", required_argument, NULL, 'm' },
         { "rpc-port", required_argument, NULL, 'P' },
+        { "elastic", no_argument, NULL, 'E' },
+        { "epoch", required_argument, NULL, 'e' },
+        { "scale-world", required_argument, NULL, 'S' },
+        { "elastic-ms", required_argument, NULL, 'M' },
         { NULL, 0, NULL, 0 }
     };
     self->trial = self->group = self->rank = self->world = -1;
@@ -687,6 +1058,8 @@ static int s_parse_args(race_rank_t *self, int argc, char **argv)
     self->timeout_ms = 800;
     self->model = "moe";
     self->rpc_port = DP_RPC_DEFAULT;
+    self->epoch = 1;
+    self->elastic_ms = ELASTIC_MS;
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -700,12 +1073,17 @@ static int s_parse_args(race_rank_t *self, int argc, char **argv)
             case 'T': self->timeout_ms = atoi(optarg); break;
             case 'm': self->model = optarg; break;
             case 'P': self->rpc_port = atoi(optarg); break;
+            case 'E': self->elastic = true; break;
+            case 'e': self->epoch = atoi(optarg); break;
+            case 'S': self->scale_world = atoi(optarg); break;
+            case 'M': self->elastic_ms = atoi(optarg); break;
             default: return -1;
         }
     }
     if (self->trial < 0 || self->group < 0 || self->rank < 0 || self->world < 1
     ||  self->rank >= self->world || !self->dir || self->delay_max_ms < 0
-    ||  (strcmp(self->model, "moe") != 0 && strcmp(self->model, "dense") != 0))
+    ||  (strcmp(self->model, "moe") != 0 && strcmp(self->model, "dense") != 0)
+    ||  (self->elastic && strcmp(self->model, "moe") != 0) || self->epoch < 1)
         return -1;
     return 0;
 }
@@ -725,7 +1103,18 @@ int main(int argc, char **argv)
     self->deadline = self->start + self->timeout_ms / 1000.0;
     self->bound_t_ms = -1;
     snprintf(self->token, sizeof self->token, "%016" PRIx64, s_random64());
-    s_named_ports(self);
+    s_env_fill(&self->start_env, s_getenv, NULL);
+    self->env = self->start_env;
+    /* a rank that joins a grown deployment starts in its next epoch */
+    if (self->start_env.epoch > 0)
+        self->epoch = (int) self->start_env.epoch;
+    self->start_epoch = self->epoch;
+    if (self->elastic) {
+        /* from the start: an engine without a handler dies of the signal */
+        struct sigaction sa = { .sa_handler = s_on_move, .sa_flags = SA_RESTART };
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGUSR1, &sa, NULL);
+    }
     const char *env = getenv("VLLM_PORT");
     int vllm_port = env ? atoi(env) : 19500;
     int own[PORT_LIST_LEN];
@@ -740,7 +1129,8 @@ int main(int argc, char **argv)
     int rpc = -1;
     if (self->rank == 0) {
         memcpy(self->ports, own, sizeof own);
-        rpc = s_listen_or_report(self, s_rpc_port(self->rpc_port), "dp-rpc");
+        self->rpc_bound = s_rpc_port(self->env.vllm_args, self->rpc_port);
+        rpc = s_listen_or_report(self, self->rpc_bound, "dp-rpc");
         if (rpc == -1)
             return s_write_result(self) == 0 ? 1 : 2;
         if (s_publish(self) == -1) {

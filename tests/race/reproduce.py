@@ -14,6 +14,14 @@ Modes:
   bare    the engines alone, all with the same VLLM_PORT
   rdzv    rdzvd plus one `rdzv agent` per Pod running the engine under the
           LD_PRELOAD shim (the agent sets VLLM_PORT and LD_PRELOAD)
+Scenarios (--scenario):
+  start-up  every Pod of every group starts at once (the default)
+  scale-up  (moe) the groups start one after another and serve, then all
+            grow by one rank at once: rank 0 binds the new epoch's bootstrap
+            ports beside the old epoch's.  Bare, the harness signals the
+            engines and starts the new ranks; rdzv, it runs `rdzv group
+            resize` for every group and starts the new ranks' agents, and
+            the agents (--elastic --on-epoch USR1) tell the engines.
 Prints one JSON line per topology on stdout and a summary on stderr.  Exit
 status: 0, or 1 when --expect is not met, 2 on a harness error, 77 when every
 requested topology was skipped (meson's protocol, as tests/lib/rdzvtest's).
@@ -52,6 +60,13 @@ FAILED_IDS_MAX = 100
 # would share a port through SO_REUSEPORT: shared-topology runs take turns.
 SHARED_LOCK = os.path.join(tempfile.gettempdir(), "rdzv-race-shared.lock")
 KILL_GRACE_S = 0.5
+READY_POLL_S = 0.01
+# scale-up: the agents' heartbeat.  A staying rank's agent learns of the
+# resize at its next one; 1 s is the shortest the agent takes.
+AGENT_HEARTBEAT_S = 1
+# the listener roles that sit on a named port: dp-rpc always, dp-store in
+# the scale-up scenario (the epoch's store port)
+NAMED_ROLE = {"dp-rpc": "dp_rpc", "dp-store": "store"}
 
 
 class Interrupted(Exception):
@@ -182,6 +197,32 @@ class Rdzvd:
                                                                 self.log_tail())})
         return events
 
+    def resize_groups(self, trial, n_groups, world):
+        """`rdzv group resize` for every group at once, as operators growing
+        their deployments in one window.  Returns failures and each group's
+        new epoch."""
+        procs = []
+        for g in range(n_groups):
+            cmd = [self.args.rdzv, "group", "resize", "--server", self.endpoint(),
+                   "--group", self.group_name(trial, g), "--world", str(world),
+                   "--timeout", "5"]
+            if self.net:
+                cmd = self.net.wrap(None) + cmd
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, text=True))
+        events, epochs = [], {}
+        for g, p in enumerate(procs):
+            out, err = p.communicate()
+            m = re.search(r"epoch (\d+)", out)
+            if p.returncode == 0 and m:
+                epochs[g] = int(m.group(1))
+            else:
+                events.append({"kind": "server", "what": "group-resize", "group": g,
+                               "detail": "exit %d: %s %s; rdzvd log: %s"
+                                         % (p.returncode, out.strip(), err.strip(),
+                                            self.log_tail())})
+        return events, epochs
+
     def log_tail(self):
         return " | ".join(self.daemon.log().splitlines()[-3:])
 
@@ -258,24 +299,41 @@ class Harness:
         self.current = None
         self.kept = 0
 
-    def engine_cmd(self, trial, g, r, tdir, peer):
+    def pods_per_group(self):
+        a = self.args
+        return a.ranks + (1 if a.scenario == "scale-up" else 0)
+
+    def step_budget_s(self):
+        """How long one step of a trial may take: an engine's window after its
+        list, its delay, the slack."""
+        a = self.args
+        return (a.timeout_ms + a.delay_max_ms) / 1000.0 + a.trial_slack_s
+
+    def engine_cmd(self, trial, g, r, tdir, peer, world, epoch):
         a = self.args
         kind = a.engine
         if kind == "mixed":
             kind = "c" if (trial + g + r) % 2 == 0 else "py"
         cmd = [a.engine_c] if kind == "c" else [a.python, a.engine_py]
-        return cmd + ["--trial", str(trial), "--group", str(g), "--rank", str(r),
-                      "--world", str(a.ranks), "--dir", tdir, "--peer-host", peer,
-                      "--delay-max-ms", str(a.delay_max_ms),
-                      "--timeout-ms", str(a.timeout_ms), "--model", a.model,
-                      "--rpc-port", str(a.rpc_port + g * a.rpc_port_step)]
+        cmd += ["--trial", str(trial), "--group", str(g), "--rank", str(r),
+                "--world", str(world), "--dir", tdir, "--peer-host", peer,
+                "--delay-max-ms", str(a.delay_max_ms),
+                "--timeout-ms", str(a.timeout_ms), "--model", a.model,
+                "--rpc-port", str(a.rpc_port + g * a.rpc_port_step)]
+        if a.scenario == "scale-up":
+            # serves until the harness's DIR/stop; its own limit only keeps
+            # an engine that lost its harness from serving on
+            limit_s = (a.groups + 2) * self.step_budget_s() + AGENT_HEARTBEAT_S
+            cmd += ["--elastic", "--epoch", str(epoch), "--scale-world", str(a.ranks + 1),
+                    "--elastic-ms", str(int(1000 * limit_s))]
+        return cmd
 
-    def pod_cmd(self, trial, g, r, tdir, net, rdzvd):
+    def pod_cmd(self, trial, g, r, tdir, net, rdzvd, world, epoch=1):
         a = self.args
-        pod = g * a.ranks + r
+        pod = g * self.pods_per_group() + r
         host = s_pod_addr(pod) if net else "127.0.0.1"
-        peer = s_pod_addr(g * a.ranks) if net else "127.0.0.1"
-        cmd = self.engine_cmd(trial, g, r, tdir, peer)
+        peer = s_pod_addr(g * self.pods_per_group()) if net else "127.0.0.1"
+        cmd = self.engine_cmd(trial, g, r, tdir, peer, world, epoch)
         env = dict(os.environ)
         env.pop("LD_PRELOAD", None)
         if a.mode == "bare":
@@ -283,41 +341,96 @@ class Harness:
         else:
             env.pop("VLLM_PORT", None)
             group = rdzvd.group_name(trial, g)
+            elastic = ["--elastic", "--on-epoch", "USR1", "--heartbeat",
+                       str(AGENT_HEARTBEAT_S)] if a.scenario == "scale-up" else []
             cmd = [a.rdzv, "agent", "--server", rdzvd.endpoint(), "--group", group,
-                   "--world", str(a.ranks), "--rank", str(r), "--host", host,
+                   "--world", str(world), "--rank", str(r), "--host", host,
                    "--socket", os.path.join(tdir, "agent-g%d-r%d.sock" % (g, r)),
                    "--port-range", "%d-%d" % (a.port_base, a.port_limit)] \
-                + (["--shim", a.shim] if a.shim else []) + a.agent_arg + ["--"] + cmd
+                + (["--shim", a.shim] if a.shim else []) + elastic + a.agent_arg \
+                + ["--"] + cmd
         if net:
             cmd = net.wrap(pod) + cmd
         return cmd, env
 
-    def run_trial(self, trial, net, rdzvd):
-        a = self.args
-        tdir = os.path.join(self.work, "netns" if net else "shared", "t%d" % trial)
-        os.makedirs(tdir)
-        procs = []
-        t0 = time.monotonic()
-        for g in range(a.groups):
-            for r in range(a.ranks):
-                cmd, env = self.pod_cmd(trial, g, r, tdir, net, rdzvd)
-                log = open(os.path.join(tdir, "pod-g%d-r%d.log" % (g, r)), "w")
-                p = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-                log.close()
-                self.live.append(p)
-                procs.append((g, r, p))
-        deadline = t0 + a.timeout_ms / 1000.0 + a.trial_slack_s
+    def start_pod(self, trial, g, r, tdir, net, rdzvd, world, epoch=1):
+        cmd, env = self.pod_cmd(trial, g, r, tdir, net, rdzvd, world, epoch)
+        log = open(os.path.join(tdir, "pod-g%d-r%d.log" % (g, r)), "w")
+        p = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                             stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        self.live.append(p)
+        return p
+
+    def end_pods(self, procs, deadline):
         for _, _, p in procs:
             try:
                 p.wait(max(0.01, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 s_kill(p)
             self.live.remove(p)
+
+    def run_trial(self, trial, net, rdzvd):
+        a = self.args
+        tdir = os.path.join(self.work, "netns" if net else "shared", "t%d" % trial)
+        os.makedirs(tdir)
+        if a.scenario == "scale-up":
+            return self.run_scale_up(trial, tdir, net, rdzvd)
+        t0 = time.monotonic()
+        procs = [(g, r, self.start_pod(trial, g, r, tdir, net, rdzvd, a.ranks))
+                 for g in range(a.groups) for r in range(a.ranks)]
+        self.end_pods(procs, t0 + a.timeout_ms / 1000.0 + a.trial_slack_s)
         events = self.collect(trial, tdir, procs, net) + s_reap_leftovers(tdir)
         return events, time.monotonic() - t0
 
-    def collect(self, trial, tdir, procs, net):
+    @staticmethod
+    def wait_ready(tdir, procs, epochs, deadline):
+        """Until every Pod of PROCS has said its part of its group's epoch is
+        done (DIR/ready-gG-rR-eE), or has ended."""
+        def done(g, r, p):
+            return p.poll() is not None or os.path.exists(
+                os.path.join(tdir, "ready-g%d-r%d-e%d" % (g, r, epochs.get(g, 0))))
+        while time.monotonic() < deadline and not all(done(*x) for x in procs):
+            time.sleep(READY_POLL_S)
+
+    def run_scale_up(self, trial, tdir, net, rdzvd):
+        """The groups start one after another, as deployments started at
+        different times, so that no start-up race gets in; once all serve,
+        every group grows by one rank at once, each rank 0 binding its new
+        epoch's bootstrap ports while the old epoch's stay bound."""
+        a = self.args
+        t0 = time.monotonic()
+        procs, events = [], []
+        for g in range(a.groups):
+            group = [(g, r, self.start_pod(trial, g, r, tdir, net, rdzvd, a.ranks))
+                     for r in range(a.ranks)]
+            procs += group
+            self.wait_ready(tdir, group, {g: 1}, time.monotonic() + self.step_budget_s())
+        t_move = time.monotonic()
+        if a.mode == "bare":
+            # as vLLM's scale_elastic_ep() reaching every engine of each
+            # deployment, all deployments in the same moment
+            for _, _, p in procs:
+                if p.poll() is None:
+                    os.kill(p.pid, signal.SIGUSR1)
+            epochs = {g: 2 for g in range(a.groups)}
+        else:
+            resize_events, epochs = rdzvd.resize_groups(trial, a.groups, a.ranks + 1)
+            events += resize_events
+        procs += [(g, a.ranks, self.start_pod(trial, g, a.ranks, tdir, net, rdzvd,
+                                              a.ranks + 1, epochs.get(g, 2)))
+                  for g in range(a.groups)]
+        # the staying ranks' agents learn of the resize at a heartbeat
+        self.wait_ready(tdir, procs, epochs,
+                        time.monotonic() + self.step_budget_s() + AGENT_HEARTBEAT_S)
+        move_s = time.monotonic() - t_move
+        # the deployments serve on; the trial ends here
+        open(os.path.join(tdir, "stop"), "w").close()
+        self.end_pods(procs, time.monotonic() + a.trial_slack_s)
+        events += self.collect(trial, tdir, procs, net, epochs) + s_reap_leftovers(tdir)
+        return events, time.monotonic() - t0, move_s
+
+    def collect(self, trial, tdir, procs, net, epochs=None):
         events, results = [], {}
         for g, r, p in procs:
             path = os.path.join(tdir, "result-g%d-r%d.json" % (g, r))
@@ -336,37 +449,55 @@ class Harness:
                 kind = "reserve_blocked" if "cannot reserve port" in log else "no_result"
                 events.append({"kind": kind, "what": "pod", "group": g, "rank": r,
                                "detail": "exit %s: %s" % (p.returncode, log[-300:].strip())})
+        for (g, r), res in results.items():
+            # a rank that stayed must have moved with its group
+            if epochs and r < self.args.ranks and not res.get("moved"):
+                events.append({"kind": "timeout", "what": "epoch-move", "group": g, "rank": r,
+                               "engine": res["engine"], "epoch": epochs.get(g),
+                               "detail": "still in epoch %s when the trial ended"
+                                         % res.get("epoch")})
         return events + self.check_roles(results, net)
 
     def check_roles(self, results, net):
         """Under rdzv, no listener may sit on a port the assignments name for
-        another role, in its network namespace: the DP RPC listener on its
-        group's dp_rpc port, every store in the binding rank's probe pool,
-        and no store on any group's store or dp_rpc port."""
+        another role, in its network namespace, in any epoch: the DP RPC
+        listener on its group's dp_rpc port of its epoch, in the scale-up
+        scenario the DP store on its group's store port of its epoch, every
+        other store in the binding rank's probe pool and on no group's store
+        or dp_rpc port."""
         if self.args.mode != "rdzv":
             return []
-        ns = (lambda g, r: g * self.args.ranks + r) if net else (lambda g, r: 0)
-        roles = {}
+        ppg = self.pods_per_group()
+        ns = (lambda g, r: g * ppg + r) if net else (lambda g, r: 0)
+        roles = {}      # (namespace, port): {(group, role, epoch)}
         for (g, r), res in results.items():
-            named = res.get("named")
-            if named:
+            for epoch, named in s_named_by_epoch(res).items():
                 for role in ("store", "dp_rpc"):     # rank 0's plan holds them
-                    roles[ns(g, 0), named[role]] = (g, role)
+                    if named.get(role) is not None:
+                        roles.setdefault((ns(g, 0), named[role]), set()).add((g, role, epoch))
         events = []
         for (g, r), res in results.items():
-            named = res.get("named") or {}
-            lo, hi = named.get("probe", (0, -1))
-            for role, port in res.get("listeners", []):
-                owner = roles.get((ns(g, r), port))
-                if role == "dp-rpc":
-                    bad = owner != (g, "dp_rpc") and "not its group's dp_rpc port"
-                elif owner:
-                    bad = "group %d's %s port" % owner
+            by_epoch = s_named_by_epoch(res)
+            for listener in res.get("listeners", []):
+                role, port = listener[:2]
+                epoch = listener[2] if len(listener) > 2 else res.get("epoch", 1)
+                lo, hi = (by_epoch.get(epoch) or {}).get("probe", (0, -1))
+                owners = roles.get((ns(g, r), port), set())
+                want = NAMED_ROLE.get(role) if role == "dp-rpc" \
+                    or self.args.scenario == "scale-up" else None
+                if want:
+                    others = sorted(o for o in owners if o[:2] != (g, want))
+                    bad = ((g, want, epoch) not in owners
+                           and "not its group's %s port of epoch %d" % (want, epoch)) \
+                        or (others and "group %d's %s port of epoch %d" % others[0])
+                elif owners:
+                    bad = "group %d's %s port of epoch %d" % min(owners)
                 else:
                     bad = not lo <= port <= hi and "outside its probe pool %d-%d" % (lo, hi)
                 if bad:
                     events.append({"kind": "role_clash", "what": role, "group": g, "rank": r,
-                                   "engine": res["engine"], "detail": "port %d: %s" % (port, bad)})
+                                   "engine": res["engine"], "epoch": epoch,
+                                   "detail": "port %d: %s" % (port, bad)})
         return events
 
     def check_managed(self, res, g, r):
@@ -375,8 +506,10 @@ class Harness:
         a = self.args
         if a.mode != "rdzv":
             return []
-        chosen = res["ports"] + [res["tp_port"]] + [p for _, p in res.get("listeners", [])]
-        off = [p for p in chosen if not a.port_base <= p < a.port_limit]
+        chosen = (res["ports"] + [res["tp_port"]] + [lsn[1] for lsn in res.get("listeners", [])]
+                  + (res.get("moved") or {}).get("ports", []))
+        # 0: a port the engine never got to choose
+        off = [p for p in chosen if p and not a.port_base <= p < a.port_limit]
         if not off:
             return []
         return [{"kind": "off_plan", "what": "probe", "group": g, "rank": r,
@@ -387,14 +520,19 @@ class Harness:
         net = rdzvd = None
         stats = self.current = {
             "mode": a.mode, "topology": topology, "engine": a.engine, "model": a.model,
+            "scenario": a.scenario,
             "trials": a.trials, "groups": a.groups, "ranks": a.ranks,
             "failed_trials": 0, "failed_groups": 0,
             "failures": {k: 0 for k in KINDS}, "by_what": {}}
+        if a.scenario == "scale-up":
+            # where the failures came: the (staggered) start-up, the window
+            # in which the groups grew, or neither (the harness's own)
+            stats["by_phase"] = {"start-up": 0, "scale-up": 0, "other": 0}
         lock = None
         try:
             if topology == "netns":
                 Netns.check()
-                net = Netns(a.groups * a.ranks)
+                net = Netns(a.groups * self.pods_per_group())
                 net.setup()
             else:
                 lock = s_take_lock()
@@ -418,6 +556,7 @@ class Harness:
         """On a signal, STATS holds the trials done so far, marked interrupted."""
         a = self.args
         total_s = 0.0
+        moves = []
         stats["trials"] = 0
         try:
             for trial in range(a.trials):
@@ -428,8 +567,9 @@ class Harness:
                     rdzvd.start()
                 if rdzvd:
                     events += rdzvd.ensure_running()
-                trial_events, took = self.run_trial(trial, net, rdzvd)
+                trial_events, took, *move = self.run_trial(trial, net, rdzvd)
                 events += trial_events
+                moves += move
                 if rdzvd and not a.keep_groups:
                     events += rdzvd.delete_groups(trial, a.groups)
                 total_s += took
@@ -442,6 +582,9 @@ class Harness:
             raise
         finally:
             stats["trial_ms_mean"] = round(1000 * total_s / max(1, stats["trials"]))
+            if moves:
+                # from growing every group to every rank's part of the new epoch
+                stats["scale_up_ms_median"] = round(1000 * sorted(moves)[len(moves) // 2])
 
     def keep_failed(self, topology, trial, rdzvd):
         """Copies the first failed trials' files (logs, results, the rdzvd log
@@ -469,6 +612,10 @@ class Harness:
                 stats["first_failures"].append(dict(events[0], trial=trial))
         for ev in events:
             stats["failures"][ev["kind"]] += 1
+            if "by_phase" in stats:
+                epoch = ev.get("epoch")
+                stats["by_phase"]["other" if epoch is None else
+                                  "start-up" if epoch <= 1 else "scale-up"] += 1
             key = "%s/%s" % (ev["kind"], ev["what"])
             stats["by_what"][key] = stats["by_what"].get(key, 0) + 1
         if self.args.verbose and events:
@@ -527,14 +674,31 @@ def s_remove_stale_work():
             shutil.rmtree(os.path.join(tmp, name), ignore_errors=True)
 
 
+def s_named_by_epoch(res):
+    """A result's named ports by epoch: its start's and, after a move, the
+    new epoch's."""
+    out = {}
+    if res.get("named"):
+        out[res.get("epoch", 1)] = res["named"]
+    moved = res.get("moved")
+    if moved and moved.get("named"):
+        out[moved["epoch"]] = moved["named"]
+    return out
+
+
 def s_summary(st):
     f = st["failures"]
-    print("%s/%s/%s: %d of %d trials failed, %d of %d groups (%d groups x %d ranks, "
+    scenario = "" if st["scenario"] == "start-up" else "/" + st["scenario"]
+    print("%s/%s/%s%s: %d of %d trials failed, %d of %d groups (%d groups x %d ranks, "
           "%s engines, %d ms a trial): %s"
-          % (st["mode"], st["topology"], st["model"], st["failed_trials"], st["trials"],
-             st["failed_groups"], st["trials"] * st["groups"], st["groups"],
+          % (st["mode"], st["topology"], st["model"], scenario, st["failed_trials"],
+             st["trials"], st["failed_groups"], st["trials"] * st["groups"], st["groups"],
              st["ranks"], st["engine"], st["trial_ms_mean"],
              ", ".join("%s %d" % (k, f[k]) for k in KINDS)), file=sys.stderr)
+    if "by_phase" in st:
+        print("  by phase: %s; growing took %s ms (median)"
+              % (", ".join("%s %d" % kv for kv in st["by_phase"].items()),
+                 st.get("scale_up_ms_median", "-")), file=sys.stderr)
     for ev in st.get("first_failures", []):
         print("  e.g. %s" % json.dumps(ev), file=sys.stderr)
 
@@ -559,9 +723,13 @@ def s_parse_args(argv):
                                 epilog=__doc__.split("\n", 1)[1])
     p.add_argument("--mode", choices=("bare", "rdzv"), default="bare")
     p.add_argument("--topology", choices=("shared", "netns", "both"), default="shared")
+    p.add_argument("--scenario", choices=("start-up", "scale-up"), default="start-up",
+                   help="start-up: every Pod starts at once; scale-up (moe): the groups "
+                        "start in turn and serve, then all grow by one rank at once")
     p.add_argument("--trials", type=int, default=20)
-    p.add_argument("--groups", type=int, default=4, help="DP groups a trial")
-    p.add_argument("--ranks", type=int, default=2, help="ranks (Pods) a group")
+    p.add_argument("--groups", type=int, help="DP groups a trial (default 4; scale-up 2)")
+    p.add_argument("--ranks", type=int, default=2,
+                   help="ranks (Pods) a group (scale-up: before it grows)")
     p.add_argument("--engine", choices=("c", "py", "mixed"), default="mixed")
     p.add_argument("--model", choices=("moe", "dense"), default="moe",
                    help="moe: rank 0 hosts the DP stores; dense: every Pod its world store")
@@ -571,9 +739,10 @@ def s_parse_args(argv):
     p.add_argument("--vllm-port", type=int, default=19500, help="bare mode's VLLM_PORT")
     p.add_argument("--rpc-port", type=int, default=29550,
                    help="bare mode's --data-parallel-rpc-port (vLLM's default)")
-    p.add_argument("--rpc-port-step", type=int, default=0,
-                   help="bare mode: group g's RPC port is --rpc-port + g * STEP (0: one "
-                        "port for all, as vLLM's default gives)")
+    p.add_argument("--rpc-port-step", type=int,
+                   help="bare mode: group g's RPC port is --rpc-port + g * STEP (default 0: "
+                        "one port for all, as vLLM's default gives; scale-up 1: deployments "
+                        "that all serve cannot share one)")
     p.add_argument("--delay-max-ms", type=int, default=300,
                    help="random delay between probe and bind (process start, imports, "
                         "the handshake)")
@@ -600,6 +769,13 @@ def s_parse_args(argv):
                    help="copy the first %d failed trials' files to DIR" % KEEP_FAILED_MAX)
     p.add_argument("-v", "--verbose", action="store_true")
     a = p.parse_args(argv)
+    scale_up = a.scenario == "scale-up"
+    if a.groups is None:
+        a.groups = 2 if scale_up else 4
+    if a.rpc_port_step is None:
+        a.rpc_port_step = 1 if scale_up else 0
+    if scale_up and a.model != "moe":
+        p.error("--scenario scale-up needs --model moe")
     if a.engine != "py" and not os.access(a.engine_c, os.X_OK):
         p.error("--engine %s needs --engine-c (the built rdzv-race-engine)" % a.engine)
     if a.mode == "rdzv" and not (os.access(a.rdzvd, os.X_OK) and os.access(a.rdzv, os.X_OK)):
