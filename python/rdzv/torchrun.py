@@ -209,25 +209,35 @@ class _Base:
                     self._new_round()     # torchrun asks again, or a node came late
                 continue
             joined = set(g["joined"]) if g else set()
+            a = self._join_first_free(joined, g["epoch"] if g else 1, left)
+            if a is not None:
+                self._rank = a.rank
+                return a
+            time.sleep(0.2)
+
+    def _join_first_free(self, joined, epoch: int, left: float):
+        """Joins the round at the first rank no node has taken, while one
+        closer (for the whole attempt, not one per rank tried) watches for
+        the last call; the assignment, or None when the round closed or
+        moved on meanwhile, or the join timed out."""
+        closer = _Closer(self, epoch)
+        try:
             for rank in [r for r in range(self._world) if r not in joined]:
-                closer = _Closer(self, g["epoch"] if g else 1)
                 try:
-                    a = self._client.join(self._group, self._world, rank, host=self._host,
-                                          node=self._node, timeout=max(left, 1.0),
-                                          nccl_id="none")
+                    return self._client.join(self._group, self._world, rank, host=self._host,
+                                             node=self._node, timeout=max(left, 1.0),
+                                             nccl_id="none")
                 except Refused as e:
                     if e.code == "rank_taken":
                         continue          # another node came first: the next rank
                     if e.code in ("world_mismatch", "not_found", "stale_epoch"):
-                        break             # the round closed or moved on meanwhile
+                        return None       # the round closed or moved on meanwhile
                     raise
                 except Timeout:
-                    break                 # said below, in the handler's words
-                finally:
-                    closer.stop()
-                self._rank = a.rank
-                return a
-            time.sleep(0.2)
+                    return None           # said by the caller, in the handler's words
+            return None
+        finally:
+            closer.stop()
 
     def _join(self):
         if self._elastic:
