@@ -12,6 +12,10 @@ export NCCL_NVLS_ENABLE=0 TRAIN_EVERY=1 TRAIN_SLEEP=600
 PY=$(command -v python3)
 "$PY" -c "import torch; print('torch', torch.__version__)"
 T=$(mktemp -d)
+# That machine has none of our Debian packages: lib/ and pylibs/ hold the
+# carried copies of what apt would install (libczmq, libzmq, libcjson, ...),
+# and LD_LIBRARY_PATH points only there, never at a build tree. On a Debian
+# machine with rdzv installed, none of these variables is needed.
 LD_LIBRARY_PATH=$D/lib "$D/bin/rdzvd" --bind tcp://127.0.0.1:29401 --state-dir "$T/state" --no-nccl \
     --port-base 23000 --port-limit 25000 >/dev/null 2>"$OUT/elastic-rdzvd.log" </dev/null &
 srv=$!
