@@ -220,6 +220,13 @@ START_TEST(test_shrink_leaves_through_the_router)
     ck_assert_int_eq(s_leaving(2, "api_port"), plan2 + RDZV_ROLE_API);
     ck_assert_int_eq(s_leaving(2, "registered"), 1);     /* not looked at yet */
     ck_assert_int_eq(s_leaving(2, "alive"), 1);
+    /* A restart in the middle: the replayed resize lists it again, alive
+     * for --dead-after from the load, so its agent keeps waiting and the
+     * router drains it rather than cutting it. */
+    s_open_allowing(1);
+    ck_assert_int_eq(s_leaving(2, "api_port"), plan2 + RDZV_ROLE_API);
+    ck_assert_int_eq(s_leaving(2, "registered"), 1);
+    ck_assert_int_eq(s_leaving(2, "alive"), 1);
     now += 60 * 1000;
     ck_assert_int_eq(s_leaving(2, "alive"), 0);
     fx_send(4, "{\"v\":1,\"op\":\"heartbeat\",\"group\":\"g\",\"rank\":2,\"session\":\"s2\","
