@@ -269,12 +269,19 @@ static s_join_rule_t s_join_rule(const rdzv_batch_t *self, const rdzv_group_t *g
                                                        : S_JOIN_TAKES_RANK;
 }
 
-/* Rule 4's refusal: the rank's old session waits in the forming epoch. */
+/* Rule 4's refusal: the rank's old session waits in the forming epoch.
+ * Named as rule 3 names a live holder, so that an operator finds the
+ * other process; its wait ends at its deadline, and then the rank is free. */
 static void s_refuse_waiting_holder(rdzv_batch_t *self, const rdzv_peer_t *peer,
                                     const rdzv_group_t *g, const rdzv_request_t *req)
 {
+    const rdzv_member_t *m = rdzv_group_at(g, req->rank);
     rdzv_batch_error(self, peer, RDZV_E_RANK_TAKEN,
-                    "group %s rank %d is held by a live session", g->name, req->rank);
+                     "group %s rank %d is held by a live session from host %s node %s, "
+                     "waiting in forming epoch %lld (its wait ends in %lld ms); this join "
+                     "comes from node %s: check the ranks' RDZV_RANK",
+                     g->name, req->rank, m->host, m->node, (long long) g->epoch,
+                     (long long) (m->deadline_ms - self->now_ms), req->node);
 }
 
 /* Rule 3's exception: the holder of the complete epoch's rank answers from

@@ -94,8 +94,14 @@ END_TEST
 START_TEST(test_rank_taken_while_forming)
 {
     fx_join(0, "g", 2, 0, "n", "a");
-    fx_join(1, "g", 2, 0, "n", "intruder");
+    fx_join(1, "g", 2, 0, "m", "intruder");
     ck_assert_str_eq(fx_error(1), RDZV_E_RANK_TAKEN);
+    /* The refusal names the holder as rule 3's does: where it runs. */
+    const char *msg = cJSON_GetObjectItem(cJSON_GetObjectItem(replies[1], "error"),
+                                          "message")->valuestring;
+    ck_assert_ptr_nonnull(strstr(msg, "held by a live session from host 10.0.0.0 node n, "
+                                      "waiting in forming epoch 1"));
+    ck_assert_ptr_nonnull(strstr(msg, "this join comes from node m"));
     /* Once the first session's wait is over, a new session may take it. */
     now += 6000;
     drive_tick(core, now);
