@@ -68,12 +68,26 @@ static void s_add_field(cJSON *obj, char *key, char *value)
     cJSON_AddStringToObject(obj, key, value);
 }
 
-char *rdzv_log_json_line(const char *when, const char *event, const char *text)
+/* A JSON line's object with what every line has. */
+static cJSON *s_head(const char *when, const char *event)
 {
     cJSON *obj = cJSON_CreateObject();
     cJSON_AddStringToObject(obj, "time", when);
     cJSON_AddStringToObject(obj, "level", s_level(event));
     cJSON_AddStringToObject(obj, "event", event);
+    return obj;
+}
+
+static char *s_print(cJSON *obj)
+{
+    char *line = cJSON_PrintUnformatted(obj);
+    cJSON_Delete(obj);
+    return line;
+}
+
+char *rdzv_log_json_line(const char *when, const char *event, const char *text)
+{
+    cJSON *obj = s_head(when, event);
     char *copy = strdup(text), *cursor = copy, *word;
     char message[1024] = "";
     while (copy && (word = s_next_word(&cursor))) {
@@ -90,20 +104,60 @@ char *rdzv_log_json_line(const char *when, const char *event, const char *text)
     if (*message)
         cJSON_AddStringToObject(obj, "message", message);
     free(copy);
-    char *line = cJSON_PrintUnformatted(obj);
-    cJSON_Delete(obj);
-    return line;
+    return s_print(obj);
 }
 
-void rdzv_core_log(const char *event, const char *fmt, ...)
+char *rdzv_log_refuse_json(const char *when, const char *code, const char *group, int rank,
+                           const char *message)
 {
-    char when[48], stamp[32], text[1024];
+    cJSON *obj = s_head(when, "refuse");
+    cJSON_AddStringToObject(obj, "code", code);
+    if (group)
+        cJSON_AddStringToObject(obj, "group", group);
+    if (rank >= 0)
+        cJSON_AddNumberToObject(obj, "rank", rank);
+    cJSON_AddStringToObject(obj, "message", message);
+    return s_print(obj);
+}
+
+static void s_when(char *when, size_t len)
+{
+    char stamp[32];
     struct timespec ts;
     struct tm tm;
     clock_gettime(CLOCK_REALTIME, &ts);
     gmtime_r(&ts.tv_sec, &tm);
     strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(when, sizeof when, "%s.%03ldZ", stamp, ts.tv_nsec / 1000000);
+    snprintf(when, len, "%s.%03ldZ", stamp, ts.tv_nsec / 1000000);
+}
+
+static void s_put_line(char *line)
+{
+    if (line)
+        fprintf(stderr, "%s\n", line);
+    free(line);
+}
+
+void rdzv_log_refuse(const char *code, const char *group, int rank, const char *message)
+{
+    char when[48];
+    s_when(when, sizeof when);
+    if (s_json) {
+        s_put_line(rdzv_log_refuse_json(when, code, group, rank, message));
+        return;
+    }
+    char about[RDZV_LOG_ABOUT_MAX] = "";
+    if (group)
+        snprintf(about, sizeof about, " group=%s", group);
+    if (rank >= 0)
+        snprintf(about + strlen(about), sizeof about - strlen(about), " rank=%d", rank);
+    fprintf(stderr, "rdzvd %s refuse code=%s%s %s\n", when, code, about, message);
+}
+
+void rdzv_core_log(const char *event, const char *fmt, ...)
+{
+    char when[48], text[1024];
+    s_when(when, sizeof when);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
@@ -112,8 +166,5 @@ void rdzv_core_log(const char *event, const char *fmt, ...)
         fprintf(stderr, "rdzvd %s %s %s\n", when, event, text);
         return;
     }
-    char *line = rdzv_log_json_line(when, event, text);
-    if (line)
-        fprintf(stderr, "%s\n", line);
-    free(line);
+    s_put_line(rdzv_log_json_line(when, event, text));
 }

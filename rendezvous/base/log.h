@@ -13,7 +13,17 @@ void rdzv_log_set_json(bool json);
  * writes "key=value" words, quoted when a value has spaces. */
 void rdzv_core_log(const char *event, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* A refusal, event "refuse": its error code, and the group and rank it
+ * concerns where known (NULL, -1: not known). In JSON these are fields of
+ * their own and message stays whole: it may hold a client's strings, which
+ * must not turn into fields. */
+void rdzv_log_refuse(const char *code, const char *group, int rank, const char *message);
+/* Room for " group=G rank=R" in a text line. */
+#define RDZV_LOG_ABOUT_MAX 300
+
 /* The JSON form of one line, malloc'd (exposed for tests). */
 char *rdzv_log_json_line(const char *when, const char *event, const char *text);
+char *rdzv_log_refuse_json(const char *when, const char *code, const char *group, int rank,
+                           const char *message);
 
 #endif

@@ -70,22 +70,44 @@ void rdzv_batch_reply_assignment(rdzv_batch_t *self, const rdzv_peer_t *peer,
     slot->shared = rdzv_shared_ref(parts->shared);
 }
 
-void rdzv_batch_error(rdzv_batch_t *self, const rdzv_peer_t *peer, const char *code,
-                      const char *fmt, ...)
+static void s_error(rdzv_batch_t *self, const rdzv_peer_t *peer, const char *group, int rank,
+                    const char *code, const char *fmt, va_list ap)
 {
     char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     int code_index = rdzv_error_code_index(code);
     if (code_index >= 0)
         self->metrics->refusals[code_index]++;
     /* Timeouts are the normal end of a wait; busy errors come by the
      * thousand from one peer that does not read: counted, not logged. */
     if (strcmp(code, RDZV_E_TIMEOUT) != 0 && strcmp(code, RDZV_E_BUSY) != 0)
-        rdzv_core_log("refuse", "code=%s %s", code, msg);
+        rdzv_log_refuse(code, group, rank, msg);
     rdzv_batch_reply(self, peer, rdzv_reply_error(peer->req, code, msg));
+}
+
+/* Only joins and heartbeats name a rank. */
+static int s_rank(const rdzv_request_t *req)
+{
+    return req->op == RDZV_OP_JOIN || req->op == RDZV_OP_HEARTBEAT ? req->rank : -1;
+}
+
+void rdzv_batch_error(rdzv_batch_t *self, const rdzv_peer_t *peer, const char *code,
+                      const char *fmt, ...)
+{
+    const rdzv_request_t *req = self->asked && peer == self->asker ? self->asked : NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    s_error(self, peer, req ? req->group : NULL, req ? s_rank(req) : -1, code, fmt, ap);
+    va_end(ap);
+}
+
+void rdzv_batch_error_to(rdzv_batch_t *self, const rdzv_peer_t *peer, const char *group, int rank,
+                         const char *code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    s_error(self, peer, group, rank, code, fmt, ap);
+    va_end(ap);
 }
 
 bool rdzv_batch_wait_ok(rdzv_batch_t *self, const rdzv_peer_t *peer)

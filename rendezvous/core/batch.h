@@ -11,6 +11,7 @@
 
 #include "journal.h"
 #include "metrics.h"
+#include "proto.h"
 #include "reply.h"
 #include "state.h"
 #include "tokens.h"
@@ -38,6 +39,11 @@ typedef struct {
     size_t reply_bytes;          /* of reply texts queued since the last commit */
     rdzv_release_t releasing;
     rdzv_tokens_t *tokens;       /* --tokens; NULL: none */
+    /* The request being handled and where its reply goes (NULL: none, or
+     * it did not parse): a refusal to that peer is logged with its group
+     * and rank. */
+    const rdzv_request_t *asked;
+    const rdzv_peer_t *asker;
 } rdzv_batch_t;
 
 /* Appends record to the journal and applies it to the state; takes the
@@ -51,9 +57,15 @@ void rdzv_batch_reply(rdzv_batch_t *self, const rdzv_peer_t *peer, char *text);
  * unused); takes a reference to parts->shared. */
 void rdzv_batch_reply_assignment(rdzv_batch_t *self, const rdzv_peer_t *peer,
                                  const rdzv_reply_t *parts);
-/* Queues an error reply, counted and logged by its code. */
+/* Queues an error reply, counted and logged by its code; the log names the
+ * group and rank of the request being handled when peer asked it. */
 void rdzv_batch_error(rdzv_batch_t *self, const rdzv_peer_t *peer, const char *code,
                       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* The same for a wait of group's rank (-1: a KV wait, no rank) that ends
+ * refused while another request is handled. */
+void rdzv_batch_error_to(rdzv_batch_t *self, const rdzv_peer_t *peer, const char *group, int rank,
+                         const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
 /* Whether one more join or kv wait may wait (the --max-waits limit); a
  * "limit" error to peer if not. */
 bool rdzv_batch_wait_ok(rdzv_batch_t *self, const rdzv_peer_t *peer);

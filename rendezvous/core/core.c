@@ -204,6 +204,8 @@ void rdzv_core_handle(rdzv_core_t *self, const rdzv_peer_t *peer, rdzv_parsed_t 
     from.req = req->id;
     assert(peer->shard >= 0 && peer->shard < RDZV_MAX_SHARDS);
     self->metrics.shard_requests[peer->shard]++;
+    b->asked = parsed->rc >= 0 ? req : NULL;
+    b->asker = &from;
     if (!rdzv_journal_leading(self->journal))
         s_not_leader(self, &from);
     else if (self->rate && !rdzv_rate_allow(self->rate, peer->shard, rdzv_peer_id(peer), peer->len,
@@ -223,6 +225,8 @@ void rdzv_core_handle(rdzv_core_t *self, const rdzv_peer_t *peer, rdzv_parsed_t 
                          req->group);
     else
         rdzv_handle_request(b, &from, req);
+    b->asked = NULL;
+    b->asker = NULL;
     s_answer_release(self);
     if (parsed->rc >= 0)
         rdzv_request_clear(req);
@@ -258,7 +262,8 @@ static void s_tick_group(rdzv_batch_t *b, rdzv_group_t *g)
         void *handle = zlistx_cursor(g->kv_waiters);
         rdzv_kv_waiter_t *next = zlistx_next(g->kv_waiters);
         if (w->deadline_ms <= now_ms) {
-            rdzv_batch_error(b, &w->peer, RDZV_E_TIMEOUT, "key %s was not put in time", w->key);
+            rdzv_batch_error_to(b, &w->peer, g->name, -1, RDZV_E_TIMEOUT,
+                                "key %s was not put in time", w->key);
             zlistx_delete(g->kv_waiters, handle);
         }
         w = next;

@@ -116,7 +116,8 @@ static rdzv_group_t *s_resize(rdzv_batch_t *self, const rdzv_peer_t *peer, rdzv_
     int64_t next = g->epoch + 1;
     int old_world = g->world;
     for (rdzv_kv_waiter_t *w = zlistx_first(g->kv_waiters); w; w = zlistx_next(g->kv_waiters))
-        rdzv_batch_error(self, &w->peer, RDZV_E_STALE_EPOCH, "group %s was resized", g->name);
+        rdzv_batch_error_to(self, &w->peer, g->name, -1, RDZV_E_STALE_EPOCH,
+                            "group %s was resized", g->name);
     char name[RDZV_MAX_NAME + 1];
     snprintf(name, sizeof name, "%s", g->name);
     if (rdzv_batch_record(self, rdzv_record_delete(name)) < 0
@@ -646,10 +647,12 @@ static void s_handle_delete(rdzv_batch_t *self, const rdzv_peer_t *peer, const r
         if (m->waiting) {
             m->waiting = false;
             g->waiting--;
-            rdzv_batch_error(self, &m->peer, RDZV_E_NOT_FOUND, "group %s was deleted", g->name);
+            rdzv_batch_error_to(self, &m->peer, g->name, r, RDZV_E_NOT_FOUND,
+                                "group %s was deleted", g->name);
         }
     for (rdzv_kv_waiter_t *w = zlistx_first(g->kv_waiters); w; w = zlistx_next(g->kv_waiters))
-        rdzv_batch_error(self, &w->peer, RDZV_E_NOT_FOUND, "group %s was deleted", g->name);
+        rdzv_batch_error_to(self, &w->peer, g->name, -1, RDZV_E_NOT_FOUND, "group %s was deleted",
+                            g->name);
     if (rdzv_batch_record(self, rdzv_record_delete(g->name)) < 0) {
         rdzv_batch_error(self, peer, RDZV_E_INTERNAL, "cannot record the delete");
         return;
@@ -724,7 +727,8 @@ static void s_handle_resize(rdzv_batch_t *self, const rdzv_peer_t *peer, const r
         return;
     }
     for (rdzv_kv_waiter_t *w = zlistx_first(g->kv_waiters); w; w = zlistx_next(g->kv_waiters))
-        rdzv_batch_error(self, &w->peer, RDZV_E_STALE_EPOCH, "group %s was resized", g->name);
+        rdzv_batch_error_to(self, &w->peer, g->name, -1, RDZV_E_STALE_EPOCH,
+                            "group %s was resized", g->name);
     zlistx_purge(g->kv_waiters);
     int old = g->world;
     int64_t next = g->epoch + 1;

@@ -39,8 +39,8 @@ static int s_delete(rdzv_batch_t *self, rdzv_group_t *g, const char *message)
         if (m->waiting) {
             m->waiting = false;
             g->waiting--;
-            rdzv_batch_error(self, &m->peer, RDZV_E_LIMIT, "group %s was reclaimed: %s",
-                             name, message);
+            rdzv_batch_error_to(self, &m->peer, name, r, RDZV_E_LIMIT,
+                                "group %s was reclaimed: %s", name, message);
         }
     if (rdzv_batch_record(self, rdzv_record_delete(name)) < 0)
         return -1;

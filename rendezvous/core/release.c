@@ -18,7 +18,8 @@ static void s_refuse_waiters(rdzv_batch_t *self, rdzv_group_t *g, const char *co
         if (m->waiting) {
             m->waiting = false;
             g->waiting--;
-            rdzv_batch_error(self, &m->peer, code, "group %s: %s", g->name, message);
+            rdzv_batch_error_to(self, &m->peer, g->name, r, code, "group %s: %s", g->name,
+                                message);
         }
     }
 }
@@ -214,7 +215,7 @@ void rdzv_release_answer(rdzv_batch_t *self)
             continue;
         m->waiting = false;
         if (!local) {
-            rdzv_batch_error(self, &m->peer, RDZV_E_INTERNAL, "out of memory");
+            rdzv_batch_error_to(self, &m->peer, g->name, r, RDZV_E_INTERNAL, "out of memory");
             continue;
         }
         s_reply_assignment(self, g, r, starts, local, &m->peer, m->want_members);
@@ -238,8 +239,8 @@ void rdzv_release_answer(rdzv_batch_t *self)
 int rdzv_release_next_epoch(rdzv_batch_t *self, rdzv_group_t *g, const char *why)
 {
     for (rdzv_kv_waiter_t *w = zlistx_first(g->kv_waiters); w; w = zlistx_next(g->kv_waiters))
-        rdzv_batch_error(self, &w->peer, RDZV_E_STALE_EPOCH, "group %s moved past epoch %lld",
-                        g->name, (long long) g->epoch);
+        rdzv_batch_error_to(self, &w->peer, g->name, -1, RDZV_E_STALE_EPOCH,
+                            "group %s moved past epoch %lld", g->name, (long long) g->epoch);
     zlistx_purge(g->kv_waiters);
     if (rdzv_batch_record(self, rdzv_record_epoch(g->name, g->epoch + 1)) < 0)
         return -1;
