@@ -14,6 +14,33 @@ from .errors import ERR_USAGE, OK, RdzvError, error_for
 
 _c = ctypes.c_void_p
 
+# rdzvd's port when an endpoint names none (also the rdzv CLI's, and
+# torchrun's for --rdzv-endpoint HOST).
+DEFAULT_PORT = 29400
+
+
+def _with_port(element: str) -> str:
+    """One server of a list: "tcp://HOST" gets DEFAULT_PORT. librdzv adds it
+    to a bare "HOST" but hands a URL to ZeroMQ as it is, and ZeroMQ refuses
+    a tcp:// URL without a port ("Invalid argument")."""
+    element = element.strip()
+    if not element.startswith("tcp://"):
+        return element                       # HOST, HOST:PORT, ipc://...: librdzv's
+    addr = element[len("tcp://"):]
+    if addr.startswith("["):                 # tcp://[v6] or tcp://[v6]:PORT
+        return element if "]:" in addr else "tcp://%s:%d" % (addr, DEFAULT_PORT)
+    if addr.count(":") > 1:                  # a bare IPv6 address, as librdzv reads one
+        return "tcp://[%s]:%d" % (addr, DEFAULT_PORT)
+    return element if ":" in addr else "tcp://%s:%d" % (addr, DEFAULT_PORT)
+
+
+def normalize_endpoint(endpoint: str) -> str:
+    """endpoint (one server, or a comma-separated list of rdzvd replicas)
+    with DEFAULT_PORT added to each tcp://HOST that has none; the other
+    forms ("HOST", "HOST:PORT", "tcp://HOST:PORT") are left to librdzv,
+    which already reads a bare HOST as tcp://HOST:29400."""
+    return ",".join(_with_port(e) for e in endpoint.split(","))
+
 
 def _b(text: Optional[str]) -> Optional[bytes]:
     return None if text is None else text.encode()
@@ -24,8 +51,9 @@ def _s(raw: Optional[bytes]) -> Optional[str]:
 
 
 class Client:
-    """endpoint: rdzvd's ZeroMQ endpoint ("tcp://rdzvd:29400"; a bare
-    "host" or "host:port" gets tcp:// and port 29400). session None: a
+    """endpoint: rdzvd's ZeroMQ endpoint ("tcp://rdzvd:29400"; "rdzvd",
+    "rdzvd:29400" and "tcp://rdzvd" mean the same, a missing port being
+    29400; a comma-separated list names rdzvd's replicas). session None: a
     fresh one, what a new process should use; pass an old one to resume.
     members: ask for every rank's host and node in assignments. replace:
     joins take their rank from a live holder (a process known to be gone).
@@ -41,6 +69,7 @@ class Client:
                  router: Optional[str] = None,
                  request_timeout: Optional[float] = None, library: Optional[str] = None):
         self._lib = _library.load(library)
+        endpoint = normalize_endpoint(endpoint)
         self.endpoint = endpoint
         err = ctypes.create_string_buffer(512)
         self._handle = _c(self._lib.rdzv_client_new(_b(endpoint), _b(session), err,
@@ -152,4 +181,4 @@ class Client:
         return epoch.value
 
 
-__all__ = ["Client", "RdzvError"]
+__all__ = ["Client", "RdzvError", "normalize_endpoint"]

@@ -24,8 +24,9 @@ Options (--rdzv-conf KEY=VALUE,...): rank (this node's rank; default
 RDZV_RANK, else the rank this host and node held before, else the first
 rank nobody holds), node (default RDZV_NODE, else the hostname), host
 (default --local-addr, else RDZV_HOST, else the address that routes to
-rdzvd), join_timeout (seconds, default 600), heartbeat (seconds, 5),
-last_call_timeout (seconds, 30; elastic ranges only).
+rdzvd), join_timeout (seconds, default 600), last_call_timeout (seconds,
+30; elastic ranges only). Any other key (c10d's read_timeout,
+close_timeout, ..., torchrun's timeout) is ignored, and said so in one line.
 
 This module imports torch only when torchrun asks for the handler, so the
 package works without it; it needs torch 2.5 or later, and says so in one
@@ -41,14 +42,32 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from .client import Client
+from .client import DEFAULT_PORT, Client, normalize_endpoint
 from .errors import RdzvError, Refused, Timeout
 
 DEFAULT_JOIN_TIMEOUT_S = 600.0
-DEFAULT_HEARTBEAT_S = 5.0
 DEFAULT_LAST_CALL_S = 30.0
 CLOSER_STEP_S = 0.25
 CLOSED_KEY = "torchrun/closed"
+
+# The --rdzv-conf keys this backend reads (last_call_timeout only for an
+# elastic range); any other is told to the user, not dropped in silence.
+CONF_KEYS = ("rank", "node", "host", "join_timeout", "last_call_timeout")
+# Why keys other backends read mean nothing here, for the user who copied
+# them from a c10d or etcd command line.
+_WHY_IGNORED = {
+    "timeout": "torchrun's rendezvous timeout; use join_timeout",
+    "heartbeat": "the handler heartbeats at most once a second, as torchrun polls",
+}
+_WHY_IGNORED.update((k, "c10d's; rdzvd keeps this rendezvous, not a TCPStore")
+                    for k in ("read_timeout", "close_timeout", "keep_alive_interval",
+                              "keep_alive_max_attempt", "is_host", "store_type", "use_libuv"))
+_WHY_IGNORED.update((k, "etcd's; rdzvd keeps this rendezvous")
+                    for k in ("protocol", "cacert", "cert", "key", "etcd_prefix"))
+# torchrun puts timeout=900 into every backend's config itself
+# (LaunchConfig); only another value can be the user's.
+TORCHRUN_TIMEOUT = 900
+_warned: set = set()
 
 
 # torchrun finds backends through the torchrun.handlers entry points since
@@ -84,8 +103,36 @@ def _log(msg: str) -> None:
 
 
 def _endpoint(params: Any) -> str:
-    ep = params.endpoint or "127.0.0.1:29400"
-    return ep if "://" in ep else "tcp://" + ep
+    """--rdzv-endpoint as torchrun passes it: HOST[:PORT] (torchrun's own
+    default port, 29400, is rdzvd's), a URL, or a list of replicas; the
+    Client adds what is missing. Empty: rdzvd on this host."""
+    return normalize_endpoint(params.endpoint or "127.0.0.1:%d" % DEFAULT_PORT)
+
+
+def ignored_conf(config: dict, elastic: bool) -> list:
+    """The --rdzv-conf keys of config this backend does not read, each with
+    why: [(key, reason)], in config's order."""
+    out = []
+    for key, value in config.items():
+        if key == "timeout" and str(value) == str(TORCHRUN_TIMEOUT):
+            continue
+        if key == "last_call_timeout" and not elastic:
+            out.append((key, "applies to --nnodes MIN:MAX only"))
+        elif key not in CONF_KEYS:
+            out.append((key, _WHY_IGNORED.get(key, "unknown to this backend")))
+    return out
+
+
+def _warn_ignored(config: dict, elastic: bool) -> None:
+    """One line naming the keys this backend ignores, once per set of keys
+    in a process (torchrun may make a handler more than once)."""
+    ignored = ignored_conf(config, elastic)
+    keys = frozenset(k for k, _ in ignored)
+    if not ignored or keys in _warned:
+        return
+    _warned.add(keys)
+    _log("--rdzv-conf %s ignored; this backend reads only %s"
+         % (", ".join("%s (%s)" % kv for kv in ignored), ", ".join(CONF_KEYS)))
 
 
 def _bound_socket(port: int) -> socket.socket:
@@ -130,7 +177,7 @@ class _Base:
         self._node = conf.get("node", os.environ.get("RDZV_NODE")) or socket.gethostname()
         self._host = (params.local_addr or conf.get("host", os.environ.get("RDZV_HOST")))
         self._join_timeout = float(conf.get("join_timeout", DEFAULT_JOIN_TIMEOUT_S))
-        self._heartbeat_s = float(conf.get("heartbeat", DEFAULT_HEARTBEAT_S))
+        _warn_ignored(conf, self._elastic)
         self._endpoint = _endpoint(params)
         self._client = Client(self._endpoint)
         self._rank: Optional[int] = None

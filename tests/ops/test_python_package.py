@@ -4,7 +4,7 @@ from threads, every field of the JSON assignment, KV, status, heartbeat,
 refusals as exceptions with the server's code, `python -m rdzv join`, and
 the torchrun entry point. One line per case (rdzvtest).
 
-    test_python_package.py --rdzvd PATH [--expect-libdir DIR]
+    test_python_package.py --rdzvd PATH [--expect-libdir DIR] [--unfound-install DIR]
 
 Run from the source tree (PYTHONPATH=python:tests/lib, RDZV_LIBRARY=the
 built librdzv) or, under `env -i`, by a venv's python that has the package
@@ -268,6 +268,122 @@ def bad_endpoint_and_closed_client(srv):
         assert e.result == ERR_USAGE
 
 
+# rdzvd's port when an endpoint names none (docs/python.md; the rdzv CLI's,
+# and torchrun's default for --rdzv-endpoint HOST).
+RDZVD_PORT = 29400
+
+
+@case
+def endpoint_without_port(srv):
+    """A server named without a port gets rdzvd's 29400, as `rdzv join
+    --server HOST` and torchrun's --rdzv-endpoint HOST mean it, whether
+    the name is bare or a tcp:// URL, alone or in a list of replicas."""
+    # librdzv makes its ZeroMQ socket at once: a URL it cannot use fails here.
+    with rdzv.Client("tcp://127.0.0.1") as c:
+        assert c.endpoint == "tcp://127.0.0.1:%d" % RDZVD_PORT, c.endpoint
+    for given in ("127.0.0.1", "tcp://127.0.0.1"):     # --rdzv-endpoint, as torchrun passes it
+        h = handler(srv, "ep", endpoint=given)
+        assert h._client.endpoint in ("127.0.0.1", "tcp://127.0.0.1:%d" % RDZVD_PORT), \
+            h._client.endpoint
+        h.shutdown()
+    h = handler(srv, "ep", endpoint="")              # no --rdzv-endpoint: this host
+    assert h._client.endpoint == "127.0.0.1:%d" % RDZVD_PORT, h._client.endpoint
+    h.shutdown()
+    norm = rdzv.client.normalize_endpoint
+    for given, want in (("tcp://rdzvd", "tcp://rdzvd:%d" % RDZVD_PORT),
+                        ("tcp://10.0.0.1:7", "tcp://10.0.0.1:7"),
+                        ("tcp://[fd00::1]", "tcp://[fd00::1]:%d" % RDZVD_PORT),
+                        ("tcp://[fd00::1]:7", "tcp://[fd00::1]:7"),
+                        ("tcp://fd00::1", "tcp://[fd00::1]:%d" % RDZVD_PORT),
+                        ("rdzvd", "rdzvd"), ("rdzvd:7", "rdzvd:7"),
+                        ("ipc:///run/rdzv.sock", "ipc:///run/rdzv.sock"),
+                        ("tcp://a, tcp://b:7,c", "tcp://a:%d,tcp://b:7,c" % RDZVD_PORT)):
+        assert norm(given) == want, (given, norm(given), want)
+
+
+@case
+def endpoint_without_port_joins(srv):
+    """Against an rdzvd on port 29400 (of 127.0.0.2, which loopback also
+    answers, so that an rdzvd a user runs on 127.0.0.1:29400 is left
+    alone): a Client of tcp://HOST and a torchrun handler of
+    --rdzv-endpoint HOST join it."""
+    import socket
+    port = RDZVD_PORT
+    probe = socket.socket()
+    try:
+        probe.bind(("127.0.0.2", port))
+    except OSError as e:
+        raise rdzvtest.Skip("127.0.0.2:%d is taken here (%s)" % (port, e))
+    finally:
+        probe.close()
+    with tempfile.TemporaryDirectory() as tmp:
+        d = rdzvtest.Rdzvd(ARGS.rdzvd, tmp, "--no-nccl", "--no-fsync",
+                           bind="tcp://127.0.0.2:%d" % port)
+        try:
+            with rdzv.Client("tcp://127.0.0.2") as c:
+                assert c.join("noport", 1, 0, timeout=20).world == 1
+            h = handler(srv, "np", world=1, run_id="noport-torchrun", endpoint="127.0.0.2")
+            assert h._join().rank == 0
+            h.shutdown()
+        finally:
+            d.stop()
+
+
+def library_error(env):
+    """The message of `rdzv.Client()` failing to load librdzv in a python
+    of env (PATH kept), or None when librdzv loaded after all."""
+    code = ("import rdzv\n"
+            "try:\n    rdzv.Client()\nexcept rdzv.RdzvError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=30, env=dict(env, PATH=os.environ.get("PATH", "/usr/bin:/bin"),
+                                              PKG_CONFIG_LIBDIR="/nonexistent"))
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip() or None
+
+
+def assert_says_how_to_find(msg):
+    assert msg.startswith("cannot load librdzv"), msg
+    for word in ("PKG_CONFIG_PATH", "RDZV_LIBRARY", "rdzv.pc", "meson install"):
+        assert word in msg, (word, msg)
+
+
+@case
+def library_not_found_says_what_to_set(srv):
+    """No librdzv where RDZV_LIBRARY says, none from pkg-config: the error
+    names what to set, PKG_CONFIG_PATH (at install) and RDZV_LIBRARY."""
+    if ARGS.expect_libdir:
+        raise rdzvtest.Skip("this copy loads the librdzv recorded at install; "
+                            "install_without_librdzv_warns tries one that recorded none")
+    env = {"RDZV_LIBRARY": "/nonexistent/librdzv.so.0"}
+    if "PYTHONPATH" in os.environ:                    # the source tree's copy
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    msg = library_error(env)
+    if msg is None:
+        raise rdzvtest.Skip("the dynamic loader finds a librdzv of its own here")
+    assert "/nonexistent/librdzv.so.0 (" in msg, msg
+    assert_says_how_to_find(msg)
+
+
+@case
+def install_without_librdzv_warns(srv):
+    """`pip install` where pkg-config finds no librdzv succeeds, says so
+    in a warning (pip prints it with -v) that names PKG_CONFIG_PATH and
+    RDZV_LIBRARY, and that copy's Client() fails with the same advice."""
+    if not ARGS.unfound_install:
+        raise rdzvtest.Skip("only after python_package_test.sh installs such a copy")
+    with open(ARGS.unfound_install + ".log") as f:
+        warnings = [line.strip() for line in f if "WARNING: rdzv:" in line]
+    assert len(warnings) == 1, warnings
+    assert "pkg-config --variable=libdir rdzv` found no librdzv" in warnings[0], warnings
+    assert "PKG_CONFIG_PATH" in warnings[0] and "RDZV_LIBRARY" in warnings[0], warnings
+    with open(os.path.join(ARGS.unfound_install, "rdzv", "_build_config.py")) as f:
+        assert "LIBDIR = None" in f.read()
+    msg = library_error({"PYTHONPATH": ARGS.unfound_install})
+    if msg is None:
+        raise rdzvtest.Skip("the dynamic loader finds a librdzv of its own here")
+    assert_says_how_to_find(msg)
+
+
 @case
 def python_m_rdzv_join(srv):
     run = [sys.executable, "-m", "rdzv", "join", "--server", srv.endpoint, "--host", "127.0.0.1"]
@@ -300,13 +416,16 @@ def torchrun_entry_point(srv):
     assert callable(creator) and creator.__name__ == "create_handler", creator
 
 
-def handler(srv, node, world=2, min_nodes=None, run_id="trun", **conf):
+def handler(srv, node, world=2, min_nodes=None, run_id="trun", endpoint=None, **conf):
     """The torchrun handler's logic (rdzv.torchrun._Base: everything but
-    torch's base class and the store) for one node."""
+    torch's base class and the store) for one node; endpoint: what
+    --rdzv-endpoint gives (default srv's HOST:PORT)."""
     import types
     import rdzv.torchrun
+    if endpoint is None:
+        endpoint = srv.endpoint.replace("tcp://", "")
     params = types.SimpleNamespace(
-        backend="rdzv", endpoint=srv.endpoint.replace("tcp://", ""), run_id=run_id,
+        backend="rdzv", endpoint=endpoint, run_id=run_id,
         min_nodes=world if min_nodes is None else min_nodes, max_nodes=world,
         local_addr="127.0.0.1", config=dict(conf, node=node, join_timeout="20"))
     return rdzv.torchrun._Base(params)
@@ -324,6 +443,39 @@ def torchrun_torch_version(srv):
             raise AssertionError("torch %s was accepted" % old)
         except RuntimeError as e:
             assert "needs torch >= 2.5" in str(e) and old in str(e), str(e)
+
+
+def handler_log(srv, **kw):
+    """What making a handler (node "log", run_id "conf") prints to stderr."""
+    import contextlib
+    import io
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        h = handler(srv, "log", run_id="conf", **kw)
+    h.shutdown()
+    return err.getvalue()
+
+
+@case
+def torchrun_conf_ignored_keys_said(srv):
+    """--rdzv-conf keys the backend does not read (c10d's, torchrun's own
+    timeout, a mistyped one, last_call_timeout of a fixed --nnodes) are
+    named in one line, once per set of keys, with why; the keys it reads,
+    and torchrun's own timeout=900 that every run has, say nothing."""
+    out = handler_log(srv, timeout="30", read_timeout="60", close_timeout="10",
+                      heartbeat="1", rnak="1")
+    lines = out.splitlines()
+    assert len(lines) == 1, out
+    for key in ("timeout", "read_timeout", "close_timeout", "heartbeat", "rnak"):
+        assert "%s (" % key in lines[0], (key, out)
+    assert "ignored" in lines[0] and "join_timeout (" not in lines[0], out
+    assert "use join_timeout" in lines[0] and "unknown to this backend" in lines[0], out
+    assert handler_log(srv, timeout="30", read_timeout="60", close_timeout="10",
+                       heartbeat="1", rnak="1") == "", "said twice"
+    assert handler_log(srv, timeout="900", rank="0", host="127.0.0.1") == ""
+    fixed = handler_log(srv, last_call_timeout="5")
+    assert "last_call_timeout (applies to --nnodes MIN:MAX only)" in fixed, fixed
+    assert handler_log(srv, min_nodes=1, last_call_timeout="5") == ""
 
 
 def joined_all(handlers):
@@ -346,7 +498,7 @@ def torchrun_handler_elastic_range(srv):
     closes at 3 at once (MAX); after the third leaves, the survivors'
     next round closes at 2. Each round is one epoch; ranks are dense."""
     nodes = {n: handler(srv, "node-" + n, world=3, min_nodes=2, run_id="elastic",
-                        last_call_timeout="1", heartbeat="1") for n in "abc"}
+                        last_call_timeout="1") for n in "abc"}
     pair = {n: nodes[n] for n in "ab"}
     t0 = time.monotonic()
     first = joined_all(pair)
@@ -451,6 +603,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--rdzvd", default=os.environ.get("RDZVD"))
     p.add_argument("--expect-libdir")
+    p.add_argument("--unfound-install", help="a `pip install --target` made where pkg-config "
+                   "found no librdzv; pip's -v output in the same path + .log")
     ARGS = p.parse_args()
     srv = Server()
     try:
