@@ -118,8 +118,15 @@ def load(path: Optional[str] = None) -> ctypes.CDLL:
         _lib = lib
         return lib
     from .errors import ERR_IO, RdzvError
-    raise RdzvError("cannot load librdzv; tried " + "; ".join(tried)
-                    + " (install rdzv, or set RDZV_LIBRARY to the library's path)", ERR_IO)
+    raise RdzvError("cannot load librdzv; tried " + "; ".join(tried) + ". " + HOW_TO_FIND, ERR_IO)
+
+
+# What to do when no librdzv is found, in the words of both the failed load
+# and setup.py's warning: the two ways the package can be told.
+HOW_TO_FIND = ("Install rdzv (`meson install`), then reinstall this package with "
+               "PKG_CONFIG_PATH naming the directory of rdzv.pc (PREFIX/lib/pkgconfig), "
+               "so that it records where librdzv is; or set RDZV_LIBRARY to the path of "
+               "librdzv.so.0.")
 
 
 def take_string(ptr) -> Optional[str]:

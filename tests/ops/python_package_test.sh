@@ -5,7 +5,9 @@
 # and wheel in /usr/share/python-wheels), and
 # then, under `env -i` with no variable at all, every API call against the
 # installed rdzvd (test_python_package.py), librdzv found where pkg-config
-# said it was at install time, and the torchrun entry point discoverable.
+# said it was at install time, and the torchrun entry point discoverable;
+# and a copy installed where pkg-config found no librdzv, which must say so
+# at install and name what to set when it cannot load librdzv.
 # Usage: python_package_test.sh SOURCE_ROOT. TAP (the Python test's, after
 # the setup steps); exit 77 when Debian's python3-venv or the wheels are
 # missing.
@@ -29,9 +31,15 @@ prefix=$tmp/prefix
 { meson setup "$tmp/build" "$src" --prefix "$prefix" --libdir lib -Dtests=false -Dnccl=disabled &&
   ninja -C "$tmp/build" && meson install -C "$tmp/build" --quiet; } >"$tmp/.build" 2>&1 ||
     fail "build and meson install into $prefix" "$tmp/.build"
+# Also a copy installed where pkg-config finds no librdzv (none on its path
+# at all), with pip's -v output: its warning and its failed load are a case.
+env -u PKG_CONFIG_PATH PKG_CONFIG_LIBDIR=/nonexistent "$tmp/venv/bin/pip" install -v \
+    --no-index --find-links "$wheels" --target "$tmp/unfound" "$src/python" \
+    >"$tmp/unfound.log" 2>&1 ||
+    fail "pip install where pkg-config finds no librdzv" "$tmp/unfound.log"
 PKG_CONFIG_PATH=$prefix/lib/pkgconfig "$tmp/venv/bin/pip" install --no-index \
     --find-links "$wheels" --quiet "$src/python" >"$tmp/.pip" 2>&1 ||
     fail "pip install --no-index --find-links $wheels python/ into a fresh venv" "$tmp/.pip"
 cd "$tmp"              # away from the source tree: the venv's copy is imported
 env -i PATH=/usr/bin:/bin "$tmp/venv/bin/python" "$src/tests/ops/test_python_package.py" \
-    --rdzvd "$prefix/sbin/rdzvd" --expect-libdir "$prefix/lib"
+    --rdzvd "$prefix/sbin/rdzvd" --expect-libdir "$prefix/lib" --unfound-install "$tmp/unfound"
