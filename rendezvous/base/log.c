@@ -9,19 +9,49 @@
 #include <time.h>
 
 static bool s_json;
+static rdzv_log_level_t s_threshold = RDZV_LOG_INFO;
+static const char *const s_level_names[] = { "error", "warn", "info", "debug" };
 
 void rdzv_log_set_json(bool json)
 {
     s_json = json;
 }
 
-static const char *s_level(const char *event)
+void rdzv_log_set_level(rdzv_log_level_t level)
+{
+    s_threshold = level;
+}
+
+int rdzv_log_level_parse(const char *name, rdzv_log_level_t *out)
+{
+    for (int i = RDZV_LOG_ERROR; i <= RDZV_LOG_DEBUG; i++)
+        if (strcmp(name, s_level_names[i]) == 0) {
+            *out = (rdzv_log_level_t) i;
+            return 0;
+        }
+    return -1;
+}
+
+/* Each event has one level, so a reader filters by either. */
+static rdzv_log_level_t s_level_of(const char *event)
 {
     if (strcmp(event, "fatal") == 0)
-        return "error";
+        return RDZV_LOG_ERROR;
     if (strcmp(event, "refuse") == 0 || strcmp(event, "open") == 0 || strcmp(event, "nccl") == 0)
-        return "warn";
-    return "info";
+        return RDZV_LOG_WARN;
+    if (strcmp(event, "auth") == 0)
+        return RDZV_LOG_DEBUG;
+    return RDZV_LOG_INFO;
+}
+
+static const char *s_level(const char *event)
+{
+    return s_level_names[s_level_of(event)];
+}
+
+bool rdzv_log_enabled(const char *event)
+{
+    return s_level_of(event) <= s_threshold;
 }
 
 static bool s_is_integer(const char *s)
@@ -140,6 +170,8 @@ static void s_put_line(char *line)
 
 void rdzv_log_refuse(const char *code, const char *group, int rank, const char *message)
 {
+    if (!rdzv_log_enabled("refuse"))
+        return;
     char when[48];
     s_when(when, sizeof when);
     if (s_json) {
@@ -156,6 +188,8 @@ void rdzv_log_refuse(const char *code, const char *group, int rank, const char *
 
 void rdzv_core_log(const char *event, const char *fmt, ...)
 {
+    if (!rdzv_log_enabled(event))
+        return;
     char when[48], text[1024];
     s_when(when, sizeof when);
     va_list ap;

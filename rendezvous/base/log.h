@@ -8,7 +8,21 @@
 
 #include <stdbool.h>
 
+/* Levels, most severe first: a line is written when its event's level is
+ * at or above the threshold (--log-level; default info). */
+typedef enum {
+    RDZV_LOG_ERROR,              /* fatal */
+    RDZV_LOG_WARN,               /* refuse, open, nccl */
+    RDZV_LOG_INFO,               /* every other event */
+    RDZV_LOG_DEBUG,              /* auth: each CURVE handshake let in */
+} rdzv_log_level_t;
+
 void rdzv_log_set_json(bool json);
+void rdzv_log_set_level(rdzv_log_level_t level);
+/* "error", "warn", "info" or "debug" into *out; -1 for anything else. */
+int rdzv_log_level_parse(const char *name, rdzv_log_level_t *out);
+/* Whether a line of event would be written (to skip building one). */
+bool rdzv_log_enabled(const char *event);
 /* event names the kind of line (join, assign, epoch, refuse, ...); fmt
  * writes "key=value" words, quoted when a value has spaces. */
 void rdzv_core_log(const char *event, const char *fmt, ...)

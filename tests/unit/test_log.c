@@ -1,7 +1,10 @@
 #include "check_run.h"
 #include <check.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 #include <cjson/cJSON.h>
@@ -50,6 +53,73 @@ START_TEST(test_json_escapes)
 }
 END_TEST
 
+/* What one line of each level leaves on stderr at threshold level. */
+static char *s_written_at(rdzv_log_level_t level)
+{
+    char path[] = "/tmp/rdzv-log-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    rdzv_log_set_level(level);
+    rdzv_core_log("fatal", "what=error-line");
+    rdzv_core_log("open", "what=warn-line");
+    rdzv_log_refuse("forbidden", "g", -1, "refuse-line");
+    rdzv_core_log("start", "what=info-line");
+    rdzv_core_log("auth", "what=debug-line");
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char *text = calloc(1, 4096);
+    ck_assert_int_ge(pread(fd, text, 4095, 0), 0);
+    close(fd);
+    unlink(path);
+    rdzv_log_set_level(RDZV_LOG_INFO);
+    return text;
+}
+
+START_TEST(test_level_threshold)
+{
+    char *text = s_written_at(RDZV_LOG_DEBUG);
+    ck_assert_ptr_nonnull(strstr(text, "auth what=debug-line"));
+    ck_assert_ptr_nonnull(strstr(text, "start what=info-line"));
+    free(text);
+    text = s_written_at(RDZV_LOG_INFO);
+    ck_assert_ptr_null(strstr(text, "debug-line"));
+    ck_assert_ptr_nonnull(strstr(text, "start what=info-line"));
+    ck_assert_ptr_nonnull(strstr(text, "refuse code=forbidden group=g refuse-line"));
+    free(text);
+    text = s_written_at(RDZV_LOG_WARN);
+    ck_assert_ptr_null(strstr(text, "info-line"));
+    ck_assert_ptr_nonnull(strstr(text, "open what=warn-line"));
+    ck_assert_ptr_nonnull(strstr(text, "refuse-line"));
+    ck_assert_ptr_nonnull(strstr(text, "fatal what=error-line"));
+    free(text);
+    text = s_written_at(RDZV_LOG_ERROR);
+    ck_assert_ptr_null(strstr(text, "warn-line"));
+    ck_assert_ptr_null(strstr(text, "refuse-line"));
+    ck_assert_ptr_nonnull(strstr(text, "fatal what=error-line"));
+    free(text);
+}
+END_TEST
+
+START_TEST(test_level_names)
+{
+    rdzv_log_level_t level = RDZV_LOG_INFO;
+    ck_assert_int_eq(rdzv_log_level_parse("debug", &level), 0);
+    ck_assert_int_eq(level, RDZV_LOG_DEBUG);
+    ck_assert_int_eq(rdzv_log_level_parse("warn", &level), 0);
+    ck_assert_int_eq(level, RDZV_LOG_WARN);
+    ck_assert_int_eq(rdzv_log_level_parse("warning", &level), -1);
+    ck_assert_int_eq(rdzv_log_level_parse("", &level), -1);
+    ck_assert_int_eq(level, RDZV_LOG_WARN);
+    char *line = rdzv_log_json_line("t", "auth", "key=k");
+    ck_assert_ptr_nonnull(strstr(line, "\"level\":\"debug\""));
+    free(line);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("log");
@@ -58,5 +128,9 @@ int main(void)
     tcase_add_test(tc, test_json_quotes_words_and_level);
     tcase_add_test(tc, test_json_escapes);
     suite_add_tcase(s, tc);
+    TCase *levels = tcase_create("levels");
+    tcase_add_test(levels, test_level_threshold);
+    tcase_add_test(levels, test_level_names);
+    suite_add_tcase(s, levels);
     return rdzv_check_run(s);
 }
