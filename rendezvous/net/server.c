@@ -3,6 +3,7 @@
 #include "cpus.h"
 #include "listen.h"
 #include "shard.h"
+#include "zap.h"
 #include "rdzv_proto.h"
 #include "rdzv_util.h"
 
@@ -16,12 +17,14 @@
 struct rdzv_server {
     rdzv_shard_set_t set;
     int listeners;               /* SO_REUSEPORT listeners, spread over the shards */
-    zactor_t *auth;              /* ZAP handler checking client keys */
+    zactor_t *auth;              /* ZAP handler checking client keys (zap.h) */
+    int client_keys;             /* keys --clients held at start; -1: no CURVE */
     char *endpoint;
     long max_connections;        /* what --max-connections came to */
 };
 
-/* zauth must run before the sockets bind so that no handshake escapes it. */
+/* The ZAP handler must run before the sockets bind so that no handshake
+ * escapes it. */
 static int s_start_auth(rdzv_server_t *self, const rdzv_server_security_t *sec,
                         zcert_t **cert_p, char *err, size_t errlen)
 {
@@ -37,15 +40,17 @@ static int s_start_auth(rdzv_server_t *self, const rdzv_server_security_t *sec,
         snprintf(err, errlen, "cannot load a secret key from %s (--curve-secret)", sec->curve_secret);
         return -1;
     }
-    struct stat st;
-    if (stat(sec->clients_dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+    rdzv_clientkeys_t *keys = rdzv_clientkeys_new(sec->clients_dir, err, errlen);
+    if (!keys) {
         zcert_destroy(&cert);
-        snprintf(err, errlen, "--clients %s is not a directory", sec->clients_dir);
         return -1;
     }
-    self->auth = zactor_new(zauth, NULL);
-    zstr_sendx(self->auth, "CURVE", sec->clients_dir, NULL);
-    zsock_wait(self->auth);
+    self->client_keys = rdzv_clientkeys_count(keys);
+    if (!(self->auth = rdzv_zap_start(&keys))) {
+        zcert_destroy(&cert);
+        snprintf(err, errlen, "cannot start the ZAP handler for --clients");
+        return -1;
+    }
     *cert_p = cert;
     return 0;
 }
@@ -146,6 +151,7 @@ rdzv_server_t *rdzv_server_new(rdzv_core_t *core, const char *endpoint, int shar
     if (!self)
         return NULL;
     self->set.core = core;
+    self->client_keys = -1;
     self->set.count = shards;
     self->listeners = listeners;
     self->set.shards = calloc((size_t) shards, sizeof *self->set.shards);
@@ -224,6 +230,11 @@ int rdzv_server_run(rdzv_server_t *self)
         rdzv_shard_loop(&self->set.shards[0]);
     rdzv_server_stop(self);
     return rc;
+}
+
+int rdzv_server_client_keys(const rdzv_server_t *self)
+{
+    return self->client_keys;
 }
 
 long rdzv_server_max_connections(const rdzv_server_t *self)

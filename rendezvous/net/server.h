@@ -17,7 +17,8 @@ typedef struct rdzv_server rdzv_server_t;
 #define RDZV_PEER_RCVHWM 1000
 
 /* CURVE: curve_secret is rdzvd's secret certificate (zcert format) and
- * clients_dir holds the public certificates of the clients it accepts.
+ * clients_dir holds the public certificates of the clients it accepts
+ * (clientkeys.h says which entries, and when they are read again).
  * Both NULL: no encryption. peer_timeout_ms: a connection that has not
  * finished its handshake, or has not answered a ZMTP heartbeat, this long
  * is dropped (0: RDZV_DEFAULT_PEER_TIMEOUT_MS). max_connections: one
@@ -41,6 +42,9 @@ void rdzv_server_destroy(rdzv_server_t **self_p);
 int rdzv_server_run(rdzv_server_t *self);
 void rdzv_server_stop(rdzv_server_t *self);
 /* The endpoint actually bound (with the real port for tcp://...:0 or *:!). */
+/* The client keys --clients held at start (they are read again when DIR
+ * changes: clientkeys.h); -1 without CURVE. */
+int rdzv_server_client_keys(const rdzv_server_t *self);
 /* What --max-connections came to. */
 long rdzv_server_max_connections(const rdzv_server_t *self);
 const char *rdzv_server_endpoint(const rdzv_server_t *self);
