@@ -81,6 +81,9 @@ static void s_usage(FILE *out)
         "  --io-threads N           ZeroMQ I/O threads (default: twice the shards, at most\n"
         "                           the CPUs)\n"
         "  --log-format text|json   one line per event, as text or a JSON object\n"
+        "  --log-level LEVEL        error, warn, info or debug: the least severe lines\n"
+        "                           written (default info; debug adds each CURVE client\n"
+        "                           let in)\n"
         "  --compact-mib N          rewrite the journal as a snapshot past N MiB (default 64),\n"
         "                           then whenever it has doubled since; 0: never\n"
         "  --max-groups N           groups held at once (default 100000)\n"
@@ -100,7 +103,10 @@ static void s_usage(FILE *out)
         "  --http-token FILE        /metrics and /v1/groups want \"Authorization: Bearer\"\n"
         "                           with the token in FILE (the probes never do)\n"
         "  --curve-secret FILE      rdzvd's secret certificate (rdzv keygen): CURVE on\n"
-        "  --clients DIR            public certificates of the clients accepted\n"
+        "  --clients DIR            public certificates of the clients accepted: DIR's\n"
+        "                           files not named .* or *_secret, links followed; read\n"
+        "                           again when they change (checked at each handshake\n"
+        "                           and every second), a Kubernetes Secret's swap too\n"
         "  --group-token FILE       every request must carry this token\n"
         "  --tokens DIR             each group its own token: a request naming group G\n"
         "                           must carry the token in DIR/G (tenants apart)\n"
@@ -132,6 +138,18 @@ static int s_int_arg(const char *flag, const char *text, long lo, long hi, int *
         return -1;
     }
     *out = (int) v;
+    return 0;
+}
+
+static int s_log_level(const char *name)
+{
+    rdzv_log_level_t level;
+    if (rdzv_log_level_parse(name, &level) < 0) {
+        fprintf(stderr, "rdzvd: --log-level must be error, warn, info or debug, not \"%s\"\n",
+                name);
+        return -1;
+    }
+    rdzv_log_set_level(level);
     return 0;
 }
 
@@ -194,7 +212,7 @@ static int s_parse(int argc, char **argv, s_options_t *o)
         { "insecure-bind-any", no_argument, 0, 'I' },
         { "peer-timeout", required_argument, 0, 'O' },
         { "max-connections", required_argument, 0, 'c' }, { "compact-mib", required_argument, 0, 'M' },
-        { "log-format", required_argument, 0, 'f' }, { "io-threads", required_argument, 0, 'i' },
+        { "log-format", required_argument, 0, 'f' }, { "log-level", required_argument, 0, 1012 }, { "io-threads", required_argument, 0, 'i' },
         { "max-groups", required_argument, 0, 'G' },
         { "max-ranks", required_argument, 0, 'X' }, { "forming-ttl", required_argument, 0, 'Y' },
         { "max-kv-mib", required_argument, 0, 'K' },
@@ -281,6 +299,7 @@ static int s_parse(int argc, char **argv, s_options_t *o)
             }
             rdzv_log_set_json(strcmp(optarg, "json") == 0);
             break;
+        case 1012: rc = s_log_level(optarg); break;
         case 'M': rc = s_int_arg("--compact-mib", optarg, 0, 1 << 20, &compact_mib); break;
         case 'G': rc = s_int_arg("--max-groups", optarg, 1, 1 << 24, &o->cfg.limits.max_groups); break;
         case 'K': rc = s_int_arg("--max-kv-mib", optarg, 1, 1 << 16, &kv_mib); break;
@@ -451,6 +470,29 @@ static void s_advertise(const s_options_t *o, const char *bound, char *buf, size
     }
 }
 
+/* The start line's word on who may talk to rdzvd: CURVE and the keys
+ * --clients held, the request token's mode, and whether HTTP wants one. */
+static void s_guards(const s_options_t *o, int client_keys, char *buf, size_t len)
+{
+    char curve[48] = "curve=off";
+    if (client_keys >= 0)
+        snprintf(curve, sizeof curve, "curve=on client_keys=%d", client_keys);
+    snprintf(buf, len, "%s token=%s http_token=%s", curve,
+             o->token_file ? "group" : o->cfg.tokens_dir ? "per-group" : "none",
+             o->http_token_file ? "yes" : "no");
+}
+
+/* Whether groups get server-made NCCL IDs: by default, only when a join
+ * asks (--no-nccl), or never (no helper); the helper only where it runs. */
+static void s_nccl(const rdzv_config_t *cfg, char *buf, size_t len)
+{
+    if (!cfg->nccl_helper)
+        snprintf(buf, len, "nccl=none");
+    else
+        snprintf(buf, len, "nccl=%s nccl_helper=%s",
+                 cfg->nccl_default ? "default" : "on-request", cfg->nccl_helper);
+}
+
 int main(int argc, char **argv)
 {
     /* A burst of joins writes a log line each; the loop flushes per batch.
@@ -538,12 +580,14 @@ int main(int argc, char **argv)
     rdzv_http_set_core(http, core);
     if (http)
         rdzv_core_log("http", "port=%d", rdzv_http_port(http));
+    char guards[160], nccl[PATH_MAX + 64];
+    s_guards(&o, rdzv_server_client_keys(server), guards, sizeof guards);
+    s_nccl(&o.cfg, nccl, sizeof nccl);
     rdzv_core_log("start", "version=%s endpoint=%s shards=%d listeners=%d io_threads=%d state=%s "
-                  "open_files=%ld max_connections=%ld ports=[%d,%d) per_rank=%d nccl=%s",
+                  "open_files=%ld max_connections=%ld ports=[%d,%d) per_rank=%d %s %s",
                   RDZV_VERSION_STRING, rdzv_server_endpoint(server), shards, listeners, io_threads,
                   remote ? rdzv_journal_remote_name(remote) : o.cfg.state_dir, fds, rdzv_server_max_connections(server),
-                  o.cfg.port_base, o.cfg.port_limit, o.cfg.ports_per_rank,
-                  o.cfg.nccl_helper ? o.cfg.nccl_helper : "none");
+                  o.cfg.port_base, o.cfg.port_limit, o.cfg.ports_per_rank, guards, nccl);
     /* The log first: whoever waits for the endpoint file (a test, a probe)
      * then finds the start-up lines, a torn journal's among them. */
     fflush(stderr);
