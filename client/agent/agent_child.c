@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -115,11 +116,25 @@ void rdzv_agent_child_environ_free(char ***env_p)
     *env_p = NULL;
 }
 
+/* CMD must not outlive the agent, even one killed by SIGKILL: its
+ * listeners were handed over by the agent, and a new agent would find them
+ * on the plan's ports. SIGTERM, not SIGKILL: CMD can still stop its own
+ * children, which the death signal does not reach. The kernel sends it when
+ * the thread that forked ends; the agent forks only on its main thread. */
+static void s_die_with(pid_t parent)
+{
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent)
+        _exit(RDZV_AGENT_CHILD_ORPHANED);  /* the agent died before prctl */
+}
+
 pid_t rdzv_agent_child_spawn(char **cmd, char **env)
 {
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid != 0)
         return pid;
+    s_die_with(parent);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);

@@ -18,8 +18,12 @@ typedef struct {
 char **rdzv_agent_child_environ(const rdzv_agent_child_env_t *spec);
 void rdzv_agent_child_environ_free(char ***env_p);
 
+/* The status of a child whose agent died before it could exec. */
+#define RDZV_AGENT_CHILD_ORPHANED 125
+
 /* Forks and execs cmd with env and an empty signal mask; returns the pid or
- * -1. A failed exec exits the child with 127. */
+ * -1. A failed exec exits the child with 127 (126: not runnable). The child
+ * gets SIGTERM when the agent dies, however it dies. */
 pid_t rdzv_agent_child_spawn(char **cmd, char **env);
 
 #endif
