@@ -3,6 +3,7 @@
 #include "agent_cli.h"
 #include "agent_control.h"
 #include "agent_drain.h"
+#include "agent_files.h"
 #include "agent_health.h"
 #include "agent_lease.h"
 #include "agent_opts.h"
@@ -16,13 +17,11 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
-#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,6 +47,9 @@ typedef struct {
     char *session_path;        /* PATH.session: held until the agent serves */
     char session[2 * 16 + 1];
     pid_t child;
+    /* --restart: CMD was told to stop; once it has, it starts again with
+     * this environment, the new epoch's. */
+    char *restart_env;
     rdzv_agent_progress_t *progress;  /* until the first assignment */
     bool done;
     int exit_code;
@@ -117,57 +119,21 @@ static void s_read_range(s_agent_t *self, const rdzv_assignment_t *a)
     cJSON_Delete(root);
 }
 
-/* PATH.env holds the NCCL IDs and the plan: the agent's and the allowed
- * uids' to read, nobody else's. As root the agent gives the file to the one
- * allowed uid; otherwise to an allowed uid's primary group if the agent may
- * (is in it), else the file keeps the agent's group, which the engine must
- * then share (a Pod's supplementalGroups). */
-static void s_share_env_file(int fd, const rdzv_agent_opts_t *o)
-{
-    if (o->n_allow_uids == 0) {
-        fchmod(fd, 0600);
-        return;
-    }
-    fchmod(fd, 0640);
-    if (geteuid() == 0 && o->n_allow_uids == 1 && fchown(fd, o->allow_uids[0], (gid_t) -1) == 0)
-        return;
-    for (size_t i = 0; i < o->n_allow_uids; i++) {
-        const struct passwd *pw = getpwuid(o->allow_uids[i]);
-        if (pw && fchown(fd, (uid_t) -1, pw->pw_gid) == 0)
-            return;
-    }
-}
-
 static int s_write_env_file(s_agent_t *self, const rdzv_assignment_t *a)
 {
     char *text = rdzv_agent_cli_env(a, self->opts.server);
-    size_t len = strlen(self->env_path) + 16;
-    char *tmp = malloc(len);
-    if (!text || !tmp) {
-        free(text);
-        free(tmp);
-        return -1;
-    }
-    snprintf(tmp, len, "%s.%d.tmp", self->env_path, (int) getpid());
-    FILE *f = fopen(tmp, "w");
-    int rc = -1;
-    if (f) {
-        s_share_env_file(fileno(f), &self->opts);
-        /* The range too: an engine that sources this file knows which
-         * ports the shim must refuse should it not reach the agent. */
-        bool ok = fputs(text, f) >= 0
-                  && fprintf(f, "%s=%d-%d\n", RDZV_PORT_RANGE_ENV, self->range_base,
-                             self->range_limit) > 0;
-        ok = (fclose(f) == 0) && ok;
-        rc = ok && rename(tmp, self->env_path) == 0 ? 0 : -1;
-    }
-    if (rc < 0) {
-        fprintf(stderr, "rdzv agent: cannot write %s: %s\n", self->env_path, strerror(errno));
-        unlink(tmp);
-    }
-    free(tmp);
+    rdzv_agent_env_file_t spec = {
+        .path = self->env_path, .text = text, .range_base = self->range_base,
+        .range_limit = self->range_limit, .allow_uids = self->opts.allow_uids,
+        .n_allow_uids = self->opts.n_allow_uids };
+    int rc = text ? rdzv_agent_env_file_write(&spec) : -1;
     free(text);
     return rc;
+}
+
+static void s_save_session(const s_agent_t *self)
+{
+    rdzv_agent_session_save(self->session_path, self->session);
 }
 
 /* A live socket already on a port the agent reserved beside it (the
@@ -315,20 +281,27 @@ static const char *s_shim_path(const rdzv_agent_opts_t *opts)
     return RDZV_SHIM_INSTALL_PATH;
 }
 
-/* argv run with the assignment's environment (CMD's); its pid, or -1. */
-static pid_t s_spawn(s_agent_t *self, const rdzv_assignment_t *a, char **argv)
+/* argv run with an assignment's KEY=VALUE lines in its environment (CMD's);
+ * its pid, or -1. */
+static pid_t s_spawn_text(s_agent_t *self, const char *text, char **argv)
 {
-    char *text = rdzv_agent_cli_env(a, self->opts.server);
     rdzv_agent_child_env_t spec = {
         .assignment_env = text ? text : "", .shim_path = s_shim_path(&self->opts),
         .socket_path = self->opts.socket_path,
         .range_base = self->range_base, .range_limit = self->range_limit };
     char **env = rdzv_agent_child_environ(&spec);
-    free(text);
     if (!env)
         return -1;
     pid_t pid = rdzv_agent_child_spawn(argv, env);
     rdzv_agent_child_environ_free(&env);
+    return pid;
+}
+
+static pid_t s_spawn(s_agent_t *self, const rdzv_assignment_t *a, char **argv)
+{
+    char *text = rdzv_agent_cli_env(a, self->opts.server);
+    pid_t pid = text ? s_spawn_text(self, text, argv) : -1;
+    free(text);
     return pid;
 }
 
@@ -357,6 +330,47 @@ static void s_tell_engine(s_agent_t *self, const rdzv_assignment_t *a)
                 (long long) epoch, rdzv_assignment_world(a), pid > 0 ? "ran" : "cannot run",
                 (int) pid);
     }
+}
+
+/* Not --elastic: CMD runs with the old epoch's ranks, ports and NCCL IDs,
+ * which the other ranks have left. --restart starts it again in the new
+ * epoch; otherwise the agent stops it and exits, leaving its session for
+ * the next agent, which then joins this epoch rather than moving the group
+ * again (and every other rank's CMD with it). */
+static void s_epoch_moved(s_agent_t *self, const rdzv_assignment_t *a, int64_t from)
+{
+    if (self->opts.restart) {
+        fprintf(stderr, "rdzv agent: group %s moved from epoch %lld to %lld (a rank restarted, "
+                "or the group was resized): restarting CMD in epoch %lld (--restart)\n",
+                self->opts.group, (long long) from, (long long) self->epoch,
+                (long long) self->epoch);
+        bool stopping = self->restart_env != NULL;
+        free(self->restart_env);
+        self->restart_env = rdzv_agent_cli_env(a, self->opts.server);
+        if (!stopping)
+            kill(self->child, SIGTERM);
+        return;
+    }
+    char why[400];
+    snprintf(why, sizeof why, "group %s moved from epoch %lld to %lld (a rank restarted, or "
+             "the group was resized) and CMD still runs in epoch %lld: stopping it, exit %d "
+             "(--restart would restart it in the new epoch, --elastic keep it running)",
+             self->opts.group, (long long) from, (long long) self->epoch, (long long) from,
+             RDZV_AGENT_EXIT_EPOCH);
+    s_save_session(self);
+    s_fatal(self, RDZV_AGENT_EXIT_EPOCH, why);
+}
+
+/* --restart: the old CMD has gone; the new one gets a plan free of its
+ * leases and the new epoch's environment. */
+static void s_restart_child(s_agent_t *self)
+{
+    rdzv_agent_serve_reset(self->serve);
+    self->child = s_spawn_text(self, self->restart_env, self->opts.cmd);
+    free(self->restart_env);
+    self->restart_env = NULL;
+    if (self->child < 0)
+        s_fatal(self, 1, "cannot restart CMD");
 }
 
 static void s_on_health(void *arg, int serving)
@@ -435,12 +449,16 @@ static void s_update(s_agent_t *self, const rdzv_assignment_t *a)
         s_fatal(self, RDZV_AGENT_EXIT_REFUSED, why);
         return;
     }
-    bool moved = self->epoch != rdzv_assignment_epoch(a);
+    int64_t from = self->epoch;
     self->epoch = rdzv_assignment_epoch(a);
     rdzv_agent_serve_set_epoch(self->serve, self->epoch);
     s_write_env_file(self, a);
-    if (moved && self->opts.elastic)
+    if (from == self->epoch)
+        return;
+    if (self->opts.elastic)
         s_tell_engine(self, a);
+    else if (self->child > 0)
+        s_epoch_moved(self, a, from);
 }
 
 static void s_on_control(s_agent_t *self)
@@ -478,10 +496,19 @@ static void s_on_signal(s_agent_t *self)
                     continue;
                 }
                 self->child = 0;
+                if (self->restart_env) {
+                    s_restart_child(self);
+                    continue;
+                }
                 self->done = true;
                 self->exit_code = code;
             }
         } else if (self->child > 0) {
+            /* A signal to stop CMD while it restarts: its exit ends the agent. */
+            if (sig != SIGHUP) {
+                free(self->restart_env);
+                self->restart_env = NULL;
+            }
             /* With a router, the rank leaves it before its engine stops:
              * requests in flight finish, no new one is sent there. The
              * SIGTERM waits for the drain's end; a second one goes at once. */
@@ -643,83 +670,38 @@ static void s_cleanup(s_agent_t *self)
     free(self->plan);
     free(self->env_path);
     free(self->session_path);
+    free(self->restart_env);
     rdzv_agent_control_destroy(&self->control);
     if (self->sig_fd >= 0)
         close(self->sig_fd);
 }
 
 /* The first join's session. An agent that joined and then failed before it
- * served (a plan port it could not reserve) leaves its session in
- * PATH.session, and the next one resumes it: no engine ever ran with that
- * assignment, so the group need not move to a new epoch. */
+ * served (a plan port it could not reserve), or that stopped CMD because
+ * the group moved on, leaves its session in PATH.session, and the next one
+ * resumes it: no engine runs with this rank's session in the group's
+ * epoch, so the group need not move to a new one. */
 static int s_first_session(s_agent_t *self)
 {
-    FILE *f = fopen(self->session_path, "r");
-    size_t n = f ? fread(self->session, 1, sizeof self->session - 1, f) : 0;
-    if (f)
-        fclose(f);
-    self->session[n] = '\0';
-    if (n == sizeof self->session - 1 && strspn(self->session, "0123456789abcdef") == n) {
-        fprintf(stderr, "rdzv agent: resuming the session of an agent that did not get to "
-                "serve (%s)\n", self->session_path);
+    if (rdzv_agent_session_load(self->session_path, self->session, sizeof self->session)) {
+        fprintf(stderr, "rdzv agent: resuming the session of the agent before (%s): it did "
+                "not get to serve, or stopped CMD at an epoch move\n", self->session_path);
         return 0;
     }
     unsigned char raw[16];
     if (rdzv_random_bytes(raw, sizeof raw) != 0)
         return -1;
     rdzv_hex_encode(raw, sizeof raw, self->session);
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s.%d.tmp", self->session_path, (int) getpid());
-    f = fopen(tmp, "w");
-    bool ok = f && fchmod(fileno(f), 0600) == 0 && fputs(self->session, f) >= 0;
-    ok = (f && fclose(f) == 0) && ok && rename(tmp, self->session_path) == 0;
-    if (!ok)
-        unlink(tmp);        /* no file: a failed start then costs a new epoch, as before */
-    return 0;
-}
-
-static char *s_beside_socket(const char *socket_path, const char *suffix)
-{
-    size_t len = strlen(socket_path) + strlen(suffix) + 1;
-    char *path = malloc(len);
-    if (path)
-        snprintf(path, len, "%s%s", socket_path, suffix);
-    return path;
-}
-
-/* The socket, PATH.env and PATH.session go into --socket's directory: find
- * out before joining, or the group would wait for a rank whose agent can
- * never serve. 0, or -1 having said why. */
-static int s_check_socket_dir(const char *socket_path)
-{
-    char dir[PATH_MAX];
-    const char *slash = strrchr(socket_path, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == socket_path)
-        snprintf(dir, sizeof dir, "/");
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int) (slash - socket_path), socket_path);
-    struct stat st;
-    if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "rdzv agent: --socket %s: directory %s does not exist (create it, or "
-                "mount an emptyDir there)\n", socket_path, dir);
-        return -1;
-    }
-    if (access(dir, W_OK | X_OK) < 0) {
-        fprintf(stderr, "rdzv agent: --socket %s: directory %s is not writable by uid %d: "
-                "%s\n", socket_path, dir, (int) geteuid(), strerror(errno));
-        return -1;
-    }
+    s_save_session(self);
     return 0;
 }
 
 static int s_init(s_agent_t *self)
 {
-    if (s_check_socket_dir(self->opts.socket_path) < 0)
+    if (rdzv_agent_check_socket_dir(self->opts.socket_path) < 0)
         return -1;
-    self->env_path = s_beside_socket(self->opts.socket_path, RDZV_AGENT_ENV_SUFFIX);
-    self->session_path = s_beside_socket(self->opts.socket_path, RDZV_AGENT_SESSION_SUFFIX);
+    self->env_path = rdzv_agent_beside_socket(self->opts.socket_path, RDZV_AGENT_ENV_SUFFIX);
+    self->session_path = rdzv_agent_beside_socket(self->opts.socket_path, RDZV_AGENT_SESSION_SUFFIX);
     if (!self->env_path || !self->session_path || s_first_session(self) < 0)
         return -1;
     char why[300];

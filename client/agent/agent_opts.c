@@ -14,7 +14,7 @@
 
 enum { OPT_SHIM = 256, OPT_PORT_RANGE, OPT_ALLOW_UID, OPT_HEARTBEAT, OPT_RESERVE_WAIT,
        OPT_HEALTH_PATH, OPT_HEALTH_INTERVAL, OPT_ROUTER, OPT_DRAIN_TIMEOUT, OPT_ELASTIC,
-       OPT_ON_EPOCH, OPT_ON_EPOCH_EXEC };
+       OPT_ON_EPOCH, OPT_ON_EPOCH_EXEC, OPT_RESTART };
 
 static const struct option s_options[] = {
     { "server", required_argument, NULL, 's' },
@@ -35,6 +35,7 @@ static const struct option s_options[] = {
     { "router", required_argument, NULL, OPT_ROUTER },
     { "drain-timeout", required_argument, NULL, OPT_DRAIN_TIMEOUT },
     { "elastic", no_argument, NULL, OPT_ELASTIC },
+    { "restart", no_argument, NULL, OPT_RESTART },
     { "on-epoch", required_argument, NULL, OPT_ON_EPOCH },
     { "on-epoch-exec", required_argument, NULL, OPT_ON_EPOCH_EXEC },
     { "help", no_argument, NULL, 'h' },
@@ -151,6 +152,8 @@ static void s_defaults(rdzv_agent_opts_t *o)
     o->drain_timeout_s = RDZV_AGENT_DEFAULT_DRAIN_TIMEOUT_S;
     const char *v = getenv("RDZV_ELASTIC");
     o->elastic = v && strcmp(v, "1") == 0;
+    v = getenv("RDZV_RESTART");
+    o->restart = v && strcmp(v, "1") == 0;
     o->on_epoch_exec = getenv("RDZV_ON_EPOCH_EXEC");
     if (o->on_epoch_exec && !*o->on_epoch_exec)
         o->on_epoch_exec = NULL;
@@ -229,6 +232,7 @@ static int s_option(rdzv_agent_opts_t *o, int c, const char *arg, char *err, siz
     case OPT_HEALTH_PATH: o->health_path = arg; return 0;
     case OPT_ROUTER: o->router = arg; return 0;
     case OPT_ELASTIC: o->elastic = true; return 0;
+    case OPT_RESTART: o->restart = true; return 0;
     case OPT_ON_EPOCH_EXEC: o->on_epoch_exec = arg; return 0;
     case OPT_ON_EPOCH:
         if ((o->on_epoch_signal = rdzv_agent_parse_signal(arg)) > 0)
@@ -278,6 +282,11 @@ static int s_check(const rdzv_agent_opts_t *o, char *err, size_t errlen)
     if ((o->on_epoch_signal || o->on_epoch_exec) && !o->elastic)
         return snprintf(err, errlen, "--on-epoch and --on-epoch-exec tell an engine of an epoch "
                         "move: they need --elastic"), -1;
+    if (o->restart && o->elastic)
+        return snprintf(err, errlen, "--restart and --elastic are two answers to an epoch "
+                        "move: give one"), -1;
+    if (o->restart && !o->cmd)
+        return snprintf(err, errlen, "--restart restarts CMD: it needs -- CMD"), -1;
     if (o->on_epoch_signal && !o->cmd)
         return snprintf(err, errlen, "--on-epoch signals CMD: it needs -- CMD"), -1;
     if (o->router && o->health_interval_s == 0)

@@ -12,6 +12,9 @@
 #define RDZV_AGENT_DEFAULT_HEALTH_PATH "/health"
 #define RDZV_AGENT_DEFAULT_DRAIN_TIMEOUT_S 30
 #define RDZV_AGENT_DEFAULT_RESERVE_WAIT_S 90
+/* The group moved to a new epoch under CMD (neither --elastic nor
+ * --restart): CMD was stopped, and a supervisor may start the agent again. */
+#define RDZV_AGENT_EXIT_EPOCH 5
 
 typedef struct {
     const char *server;
@@ -31,6 +34,10 @@ typedef struct {
     /* --elastic: on an epoch move CMD keeps running and is told: sent
      * on_epoch_signal (0: none) and/or on_epoch_exec is run (NULL: none). */
     bool elastic;
+    /* --restart: on an epoch move CMD is stopped and started again with the
+     * new epoch's environment. Neither this nor elastic: CMD is stopped and
+     * the agent exits RDZV_AGENT_EXIT_EPOCH. */
+    bool restart;
     int on_epoch_signal;
     const char *on_epoch_exec;
     int reserve_wait_s;        /* how long a plan port may stay in TIME_WAIT */

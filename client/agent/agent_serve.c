@@ -508,6 +508,15 @@ void rdzv_agent_serve_handle(rdzv_agent_serve_t *self, const struct pollfd *pfd,
     }
 }
 
+void rdzv_agent_serve_reset(rdzv_agent_serve_t *self)
+{
+    while (self->nconns > 0)
+        s_close_conn(self, self->nconns - 1);
+    rdzv_lease_reset(self->lease);
+    self->ever_served = false;
+    self->engine_gone = false;
+}
+
 bool rdzv_agent_serve_take_engine_gone(rdzv_agent_serve_t *self, int64_t *started_epoch)
 {
     bool gone = self->engine_gone;

@@ -42,6 +42,9 @@ void rdzv_agent_serve_handle(rdzv_agent_serve_t *self, const struct pollfd *pfd,
  * reset_when_idle is set (its leases are then already reset); started_epoch
  * is then the epoch served when that engine's first process connected. */
 bool rdzv_agent_serve_take_engine_gone(rdzv_agent_serve_t *self, int64_t *started_epoch);
+/* A new engine replaces the old one (--restart): every connection left is
+ * closed, its listeners shut down, and the whole plan is free again. */
+void rdzv_agent_serve_reset(rdzv_agent_serve_t *self);
 void rdzv_agent_serve_set_epoch(rdzv_agent_serve_t *self, int64_t epoch);
 
 #endif
