@@ -3,6 +3,7 @@
 # nodes (two torchrun agents, one worker each) on this machine, a gloo
 # all-reduce; then node B is killed and started again: a new epoch, and
 # torchrun restarts node A's worker. Assembled by tests/gpu/torchrun-carry.sh.
+# Needs torch >= 2.5 (the torchrun.handlers entry points).
 D=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0

@@ -6,6 +6,7 @@
 # all-reduce, and their next round closes at 2 again. Every round's workers
 # complete a gloo all-reduce; A's and B's agents run throughout. Assembled
 # by tests/gpu/torchrun-carry.sh.
+# Needs torch >= 2.5 (the torchrun.handlers entry points).
 D=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TRAIN_EVERY=1 TRAIN_SLEEP=600
@@ -24,7 +25,7 @@ export PYTHONPATH=$D/pylib RDZV_LIBRARY=$D/pylibs/librdzv.so.0 LD_LIBRARY_PATH=$
 node() {   # node NAME LOG
     setsid "$PY" -m torch.distributed.run --rdzv-backend rdzv --rdzv-endpoint 127.0.0.1:29401 \
         --rdzv-id elastic --nnodes 2:3 --nproc-per-node 1 --monitor-interval 1 --max-restarts 5 \
-        --rdzv-conf node=$1,last_call_timeout=3,heartbeat=1 "$D/torchrun_train.py" >"$2" 2>&1 </dev/null &
+        --rdzv-conf node=$1,last_call_timeout=3 "$D/torchrun_train.py" >"$2" 2>&1 </dev/null &
     echo $!
 }
 rounds() {  # rounds FILE WORLD: how many ROUND lines of that world
