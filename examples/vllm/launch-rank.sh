@@ -9,7 +9,8 @@
 #   vLLM under librdzv_shim.so.
 # - Otherwise, on bare metal: starts `rdzv agent` for this rank (RDZV_SERVER,
 #   RDZV_GROUP, RDZV_WORLD, RDZV_RANK as for `rdzv join`), which runs this
-#   script again as its command, under the shim, with the socket set.
+#   script again as its command, under the shim, with the socket set, and
+#   runs it again at each new epoch of the group (--restart).
 # - RDZV_NO_AGENT=1: only `rdzv join --format env`; the plan is still the
 #   rank's own, but nothing holds its ports until vLLM binds them.
 #
@@ -72,7 +73,10 @@ elif [ "${RDZV_NO_AGENT:-0}" = 1 ]; then
 else
     run_dir=${XDG_RUNTIME_DIR:-/tmp}
     sock="$run_dir/rdzv-${RDZV_GROUP:?set RDZV_GROUP}-${RDZV_RANK:?set RDZV_RANK}.sock"
-    exec "$RDZV" agent --socket "$sock" --timeout "$RDZV_WAIT" -- "$0" "$model" "$@"
+    # --restart: a rank restarting elsewhere, or a resize, moves the group to
+    # a new epoch; vLLM's DP group cannot change under it, so the agent
+    # starts it again with the new epoch's assignment.
+    exec "$RDZV" agent --socket "$sock" --timeout "$RDZV_WAIT" --restart -- "$0" "$model" "$@"
 fi
 
 [ -n "${RDZV_VLLM_ARGS:-}" ] ||

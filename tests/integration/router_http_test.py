@@ -145,7 +145,8 @@ def main():
                  "--socket", os.path.join(tmp.name, "a%d.sock" % r), "--shim", shim,
                  "--port-range", "%d-%d" % (base, base + 512), "--heartbeat", "1",
                  "--health-interval", str(INTERVAL), "--router", url, "--drain-timeout", "5",
-                 "--", sys.executable, "-c", ENGINE],
+                 # The engine serves on through rank 1's restart (a new epoch).
+                 "--elastic", "--", sys.executable, "-c", ENGINE],
                 env=dict(os.environ, HEALTH_FILE=os.path.join(tmp.name, "health-")),
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for r in range(2):
