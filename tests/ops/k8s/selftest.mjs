@@ -23,6 +23,18 @@ const lws = (lwt = {}, spec = {}) => ({
   },
 });
 
+const podMonitor = (endpoint = {}) => ({
+  apiVersion: "monitoring.coreos.com/v1",
+  kind: "PodMonitor",
+  metadata: { name: "p" },
+  spec: {
+    selector: { matchLabels: { app: "d" } },
+    podMetricsEndpoints: [
+      { port: "http", authorization: { type: "Bearer", credentials: { name: "t", key: "token" } }, ...endpoint },
+    ],
+  },
+});
+
 // [description, object, expected: "pass" or a RegExp the failure must match]
 const cases = [
   ["minimal Deployment passes", deployment(), "pass"],
@@ -90,6 +102,17 @@ const cases = [
   ["unknown kind fails", { apiVersion: "apps/v1", kind: "Deploymnet", metadata: { name: "x" } }, /unknown apiVersion\/kind/],
   ["a non-kind type used as kind fails", { apiVersion: "apps/v1", kind: "DeploymentSpec", metadata: { name: "x" } }, /unknown apiVersion\/kind/],
   ["unknown apiVersion fails", { apiVersion: "example.com/v1", kind: "Widget", metadata: { name: "x" } }, /unknown apiVersion\/kind/],
+  ["PodMonitor with a bearer token from a Secret passes", podMonitor(), "pass"],
+  [
+    "PodMonitor with a misspelled endpoint field fails",
+    podMonitor({ authorisation: { type: "Bearer" } }),
+    /podMetricsEndpoints\/0\/authorisation: unknown field/,
+  ],
+  [
+    "PodMonitor whose credentials lack the key fails",
+    podMonitor({ authorization: { type: "Bearer", credentials: { name: "t" } } }),
+    /credentials must have required property key/,
+  ],
 ];
 
 let n = 0;

@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // Checks Kubernetes objects against the official OpenAPI schemas (through
 // kubernetes-models, generated from Kubernetes v1.33.0's spec) and
-// LeaderWorkerSets against the structure of their CRD (lws-schema.mjs).
+// LeaderWorkerSets against the structure of their CRD (lws-schema.mjs), and
+// the Prometheus Operator's kinds against @kubernetes-models/prometheus-operator.
 // Usage: node validate.mjs [FILE|-]...   (stdin when no FILE)
 // Exit: 0 all ok, 1 an object failed, 2 usage, read or YAML errors, or no objects.
 import { readFileSync, realpathSync } from "node:fs";
@@ -59,12 +60,19 @@ function runTracked(Model, data, path) {
 // The class must carry that apiVersion and kind, so that types that are not
 // top-level kinds (DeploymentSpec, ...) are not taken for kinds.
 const API_VERSION = /^(?:[a-z0-9]([a-z0-9.-]*[a-z0-9])?\/)?v[0-9]+(?:(?:alpha|beta)[0-9]+)?$/;
+// Custom resources with models of their own, generated from their CRDs by
+// the same project: group -> package (laid out as kubernetes-models).
+const THIRD_PARTY = { "monitoring.coreos.com": "@kubernetes-models/prometheus-operator" };
 async function modelFor(apiVersion, kind) {
   if (typeof apiVersion !== "string" || !API_VERSION.test(apiVersion) || typeof kind !== "string") return null;
+  const pkg = THIRD_PARTY[apiVersion.split("/")[0]];
   let mod;
   try {
-    mod = await import(`kubernetes-models/${apiVersion}`);
+    mod = await import(`${pkg || "kubernetes-models"}/${apiVersion}`);
   } catch (e) {
+    // A package.json entry that node_modules lacks (installed before it
+    // was added) must not read as an unknown kind.
+    if (pkg && e.code === "ERR_MODULE_NOT_FOUND") throw new Error(`${pkg} is not installed: npm ci in tests/ops/k8s`);
     if (e.code === "ERR_PACKAGE_PATH_NOT_EXPORTED" || e.code === "ERR_MODULE_NOT_FOUND") return null;
     throw e;
   }
