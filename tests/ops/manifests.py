@@ -256,6 +256,32 @@ class Context:
         return [d for d in yaml.safe_load_all(p.stdout) if d]
 
 
+def render_with(ctx, name, values=None, components=()):
+    """Overlay name rendered from a copy of the example whose settings
+    have values (KEY -> text) in place of their own and name components
+    (cache-pvc, ...) the way settings/kustomization.yaml says to: by
+    taking the comment marks off their lines."""
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = os.path.join(tmp, "k")
+        shutil.copytree(ctx.kdir, copy)
+        path = os.path.join(copy, "settings", "kustomization.yaml")
+        with open(path) as f:
+            text = f.read()
+        for k, v in (values or {}).items():
+            text, n = re.subn(r"^(\s*)- %s=.*$" % k, lambda m: "%s- %s=%s" % (m.group(1), k, v),
+                              text, flags=re.M)
+            assert n == 1, f"settings have {n} {k}"
+        if components:
+            text, n = re.subn(r"^# components:$", "components:", text, flags=re.M)
+            assert n == 1, "settings have no commented components: line"
+            for c in components:
+                text, n = re.subn(r"^#(\s+- %s)\b" % re.escape(c), r" \1", text, flags=re.M)
+                assert n == 1, f"settings do not offer component {c}"
+        with open(path, "w") as f:
+            f.write(text)
+        return Overlay(copy, name)
+
+
 def http_port(ov):
     value = flag_value(ov.rdzvd_args(), "--http")
     assert value, "rdzvd has no --http"
