@@ -36,9 +36,11 @@ install_test_tools() {
         as_root apt-get update -qq
         as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm
     fi
-    if [ ! -d tests/ops/k8s/node_modules ]; then
+    # Again whenever the lock file changed since the last npm ci here.
+    if ! cmp -s tests/ops/k8s/package-lock.json tests/ops/k8s/node_modules/.rdzv-installed-lock; then
         echo "dev.sh: npm ci in tests/ops/k8s"
-        (cd tests/ops/k8s && npm ci --no-audit --no-fund --loglevel=error)
+        (cd tests/ops/k8s && npm ci --no-audit --no-fund --loglevel=error &&
+            cp package-lock.json node_modules/.rdzv-installed-lock)
     fi
     command -v kubectl >/dev/null 2>&1 ||
         echo "dev.sh: kubectl not found: the Kubernetes manifest tests will be skipped"
