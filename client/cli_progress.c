@@ -8,6 +8,7 @@
 
 #include "rdzv_proto.h"
 #include "rdzv_util.h"
+#include "route.h"
 
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -28,6 +29,8 @@ struct cli_progress {
     pthread_mutex_t lock;
     pthread_cond_t wake;
     bool stop;
+    bool asking;                /* the thread asks rdzvd, unlocked */
+    bool left;                  /* stopped while asking: the thread frees p */
 };
 
 /* "group llm: 3 of 4 ranks joined epoch 1, waiting for ranks 2, 3 and 5 more" */
@@ -55,34 +58,71 @@ static void s_describe(const cJSON *g, const char *group, char *out, size_t len)
         snprintf(out + n, len - (size_t) n, " and %d more", n_missing - named);
 }
 
-static void s_report(struct cli_progress *p, rdzv_client_t **client)
+/* What to say about the wait, asking rdzvd (up to S_ASK_MS) into line. */
+static void s_ask(struct cli_progress *p, rdzv_client_t **client, char *line, size_t len)
 {
-    char line[512], err[256];
-    if (!*client && !(*client = rdzv_client_new(p->server, NULL, err, sizeof err)))
+    char err[256];
+    if (!*client && !(*client = rdzv_client_new(p->server, NULL, err, sizeof err))) {
+        snprintf(line, len, "%s", err);
         return;
+    }
     rdzv_client_set_request_timeout(*client, S_ASK_MS);
     char *json = NULL;
     int rc = rdzv_status(*client, p->group, &json);
+    const char *why = rdzv_client_error(*client);
     if (rc == RDZV_OK) {
         cJSON *groups = cJSON_Parse(json);
         const cJSON *g = cJSON_IsArray(groups) ? groups->child : NULL;
         if (g)
-            s_describe(g, p->group, line, sizeof line);
+            s_describe(g, p->group, line, len);
         else
-            snprintf(line, sizeof line, "group %s: not known to rdzvd yet", p->group);
+            snprintf(line, len, "group %s: not known to rdzvd yet", p->group);
         cJSON_Delete(groups);
+    } else if (rc == RDZV_ERR_TIMEOUT && strncmp(why, RDZV_ROUTE_UNRESOLVED,
+                                                 strlen(RDZV_ROUTE_UNRESOLVED)) == 0) {
+        snprintf(line, len, "%s", why);
     } else if (rc == RDZV_ERR_TIMEOUT || rc == RDZV_ERR_IO) {
-        snprintf(line, sizeof line, "no reply from %s (rdzvd down, wrong address, "
+        snprintf(line, len, "no reply from %s (rdzvd down, wrong address, "
                  "Service/NetworkPolicy, or CURVE keys)", p->server);
         /* Kept after a timeout: it knows which server of a list to ask next. */
         if (rc == RDZV_ERR_IO)
             rdzv_client_destroy(client);
     } else {
-        snprintf(line, sizeof line, "%s", rdzv_client_error(*client));
+        snprintf(line, len, "%s", why);
     }
     free(json);
-    fprintf(stderr, "rdzv %s: still waiting after %lld s: %s; timeout %g s\n", p->cmd,
-            (long long) ((rdzv_now_ms() - p->start_ms) / 1000), line, p->timeout_ms / 1000.0);
+}
+
+static void s_free(struct cli_progress *p)
+{
+    pthread_cond_destroy(&p->wake);
+    pthread_mutex_destroy(&p->lock);
+    free(p->server);
+    free(p->group);
+    free(p);
+}
+
+/* Asks, and says it unless the wait ended meanwhile; false when the
+ * thread was left to end by itself (p is then freed). Called locked. */
+static bool s_report(struct cli_progress *p, rdzv_client_t **client)
+{
+    char line[512];
+    p->asking = true;
+    pthread_mutex_unlock(&p->lock);
+    s_ask(p, client, line, sizeof line);
+    pthread_mutex_lock(&p->lock);
+    p->asking = false;
+    if (p->left) {
+        pthread_mutex_unlock(&p->lock);
+        rdzv_client_destroy(client);
+        s_free(p);
+        return false;
+    }
+    if (!p->stop)
+        fprintf(stderr, "rdzv %s: still waiting after %lld s: %s; timeout %g s\n", p->cmd,
+                (long long) ((rdzv_now_ms() - p->start_ms) / 1000), line,
+                p->timeout_ms / 1000.0);
+    return true;
 }
 
 static void *s_thread(void *arg)
@@ -95,11 +135,8 @@ static void *s_thread(void *arg)
                                   .tv_nsec = (long) (next % 1000) * 1000000 };
         while (!p->stop && pthread_cond_timedwait(&p->wake, &p->lock, &until) == 0)
             ;
-        if (p->stop)
-            break;
-        pthread_mutex_unlock(&p->lock);
-        s_report(p, &client);
-        pthread_mutex_lock(&p->lock);
+        if (!p->stop && !s_report(p, &client))
+            return NULL;
     }
     pthread_mutex_unlock(&p->lock);
     rdzv_client_destroy(&client);
@@ -137,15 +174,19 @@ void cli_progress_stop(cli_progress_t **p_p)
     struct cli_progress *p = p_p ? *p_p : NULL;
     if (!p)
         return;
+    *p_p = NULL;
     pthread_mutex_lock(&p->lock);
     p->stop = true;
     pthread_cond_signal(&p->wake);
+    /* An ask under way may take S_ASK_MS, or a DNS lookup's time: the
+     * thread is left to end by itself rather than holding up the command
+     * past its own timeout. */
+    p->left = p->asking;
     pthread_mutex_unlock(&p->lock);
+    if (p->left) {
+        pthread_detach(p->thread);
+        return;
+    }
     pthread_join(p->thread, NULL);
-    pthread_cond_destroy(&p->wake);
-    pthread_mutex_destroy(&p->lock);
-    free(p->server);
-    free(p->group);
-    free(p);
-    *p_p = NULL;
+    s_free(p);
 }

@@ -19,9 +19,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct rdzv_client {
     rdzv_transport_t *transport;
+    rdzv_endpoints_t servers;
     char *endpoint;              /* the servers, as messages name them */
     char session[RDZV_MAX_NAME + 1];
     char err[RDZV_ERR_LEN];
@@ -97,6 +99,7 @@ RDZV_EXPORT rdzv_client_t *rdzv_client_new(const char *endpoint, const char *ses
         errno = ENOMEM;
         return NULL;
     }
+    self->servers = servers;
     self->request_timeout_ms = RDZV_REQUEST_TIMEOUT_MS;
     const char *members = getenv("RDZV_MEMBERS");
     self->members = members && strcmp(members, "1") == 0;
@@ -241,6 +244,18 @@ static int s_refused(rdzv_client_t *self, const cJSON *error)
            ? RDZV_ERR_TIMEOUT : RDZV_ERR_REFUSED;
 }
 
+/* Why a call ended at its deadline unanswered: the names that did not
+ * resolve, and for a list also that none of it answered ("no reply from
+ * any of A, B " + what). */
+static int s_no_reply(rdzv_client_t *self, const char *what)
+{
+    const char *dns = rdzv_transport_unresolved(self->transport);
+    if (*dns && self->servers.count == 1)
+        return s_fail(self, RDZV_ERR_TIMEOUT, "%s", dns);
+    return s_fail(self, RDZV_ERR_TIMEOUT, "no reply from %s %s%s%s", self->endpoint, what,
+                  *dns ? "; " : "", dns);
+}
+
 /* Sends req (consumed; NULL means building it ran out of memory) and waits
  * until deadline_ms. On RDZV_OK *reply_out is the reply root, the caller's
  * to cJSON_Delete. */
@@ -255,7 +270,7 @@ static int s_call(rdzv_client_t *self, cJSON *req, int64_t deadline_ms,
                                  self->err, sizeof self->err);
     cJSON_Delete(req);
     if (rc == RDZV_ERR_TIMEOUT)
-        return s_fail(self, rc, "no reply from %s before the deadline", self->endpoint);
+        return s_no_reply(self, "before the deadline");
     if (rc != RDZV_OK)
         return rc;
     const cJSON *error = cJSON_GetObjectItemCaseSensitive(reply, "error");
@@ -633,6 +648,63 @@ static int s_take_assignment(rdzv_client_t *self, const cJSON *reply,
     return RDZV_OK;
 }
 
+/* The local address that routes to a server: the current one, else the
+ * first of the list whose name resolves. 0, or -1 with the current
+ * server's reason in self->err and errno EAGAIN when no name resolved. */
+static int s_route_host(rdzv_client_t *self, char *host, size_t len)
+{
+    const char *current = rdzv_transport_endpoint(self->transport);
+    if (rdzv_route_default_host(current, host, len, self->err, sizeof self->err) == 0)
+        return 0;
+    int saved = errno;
+    for (int i = 0; saved == EAGAIN && i < self->servers.count; i++) {
+        char why[RDZV_ERR_LEN];
+        if (rdzv_route_default_host(self->servers.endpoint[i], host, len, why, sizeof why) == 0) {
+            self->err[0] = '\0';
+            return 0;
+        }
+    }
+    errno = saved;
+    return -1;
+}
+
+static void s_sleep_ms(int64_t ms)
+{
+    struct timespec left = { .tv_sec = (time_t) (ms / 1000),
+                             .tv_nsec = (long) (ms % 1000) * 1000000 };
+    while (nanosleep(&left, &left) != 0 && errno == EINTR)
+        ;
+}
+
+/* Adds the join's timeout to a timeout's reason, as the user gave it. */
+static int s_timed_out(rdzv_client_t *self, int timeout_ms)
+{
+    char said[sizeof self->err];
+    snprintf(said, sizeof said, "%s", self->err);
+    return s_fail(self, RDZV_ERR_TIMEOUT, "%.*s; timeout %g s", (int) sizeof said - 32, said,
+                  timeout_ms / 1000.0);
+}
+
+/* The host and node a join reports: the caller's, else the defaults. A
+ * server name that does not resolve is looked up again until deadline_ms,
+ * as libzmq does for the connection: a Service may not be there yet. */
+static int s_whereabouts(rdzv_client_t *self, const rdzv_join_args_t *a, char *host,
+                         char *node, int64_t deadline_ms, int timeout_ms)
+{
+    if (!a->node && rdzv_route_default_node(node, RDZV_MAX_NAME + 1,
+                                            self->err, sizeof self->err) != 0)
+        return RDZV_ERR_IO;
+    while (!a->host && s_route_host(self, host, RDZV_MAX_NAME + 1) != 0) {
+        int64_t left = deadline_ms - rdzv_now_ms();
+        if (errno != EAGAIN)
+            return RDZV_ERR_IO;
+        if (left <= 0)
+            return s_timed_out(self, timeout_ms);
+        s_sleep_ms(left < RDZV_RESOLVE_RETRY_MS ? left : RDZV_RESOLVE_RETRY_MS);
+    }
+    return RDZV_OK;
+}
+
 RDZV_EXPORT int rdzv_join(rdzv_client_t *self, const rdzv_join_args_t *args,
                           rdzv_assignment_t **out)
 {
@@ -648,35 +720,25 @@ RDZV_EXPORT int rdzv_join(rdzv_client_t *self, const rdzv_join_args_t *args,
     bool rank0_ids = nccl_id && strcmp(nccl_id, "rank0") == 0 && args->rank == 0;
     if (rank0_ids && (rc = s_rank0_ids(self, args->group, nccl_ids ? nccl_ids : 1)) != RDZV_OK)
         return rc;
-    char host[RDZV_MAX_NAME + 1], node[RDZV_MAX_NAME + 1];
-    /* Every server of a list is on the same network: the current one
-     * stands for them all. */
-    const char *server = rdzv_transport_endpoint(self->transport);
-    if (!args->host && rdzv_route_default_host(server, host, sizeof host,
-                                               self->err, sizeof self->err) != 0)
-        return RDZV_ERR_IO;
-    if (!args->node && rdzv_route_default_node(node, sizeof node,
-                                               self->err, sizeof self->err) != 0)
-        return RDZV_ERR_IO;
     int timeout_ms = args->timeout_ms > 0 ? args->timeout_ms : RDZV_DEFAULT_TIMEOUT_MS;
+    int64_t deadline_ms = rdzv_now_ms() + timeout_ms;
+    char host[RDZV_MAX_NAME + 1], node[RDZV_MAX_NAME + 1];
+    if ((rc = s_whereabouts(self, args, host, node, deadline_ms, timeout_ms)) != RDZV_OK)
+        return rc;
+    /* rdzvd waits what is left of the timeout, after a name lookup's wait. */
+    int64_t left = deadline_ms - rdzv_now_ms();
     cJSON *req = s_join_request(self, args, args->host ? args->host : host,
-                                args->node ? args->node : node, timeout_ms,
+                                args->node ? args->node : node, left > 0 ? (int) left : 1,
                                 nccl_id, nccl_ids, rank0_ids);
     cJSON *reply;
     /* The margin lets rdzvd's own timeout reply, which says how many ranks
      * joined, arrive before the client gives up. */
-    rc = s_call(self, req, rdzv_now_ms() + timeout_ms + RDZV_WAIT_MARGIN_MS, &reply);
+    rc = s_call(self, req, deadline_ms + RDZV_WAIT_MARGIN_MS, &reply);
     /* Said in the user's terms: the timeout they gave, and what to check. */
-    if (rc == RDZV_ERR_TIMEOUT && self->code[0] == '\0')
-        return s_fail(self, rc, "no reply from %s (rdzvd down, wrong address, "
-                      "Service/NetworkPolicy, or CURVE keys); timeout %g s", self->endpoint,
-                      timeout_ms / 1000.0);
-    if (rc == RDZV_ERR_TIMEOUT) {
-        char said[sizeof self->err];
-        snprintf(said, sizeof said, "%s", self->err);
-        return s_fail(self, rc, "%.*s; timeout %g s", (int) sizeof said - 32, said,
-                      timeout_ms / 1000.0);
-    }
+    if (rc == RDZV_ERR_TIMEOUT && !self->code[0])
+        s_no_reply(self, "(rdzvd down, wrong address, Service/NetworkPolicy, or CURVE keys)");
+    if (rc == RDZV_ERR_TIMEOUT)
+        return s_timed_out(self, timeout_ms);
     if (rc != RDZV_OK)
         return rc;
     rc = s_take_assignment(self, reply, args, out);

@@ -31,8 +31,13 @@
 
 /* Deadline of a request that does not wait on other ranks (status, kv_get...). */
 #define RDZV_REQUEST_TIMEOUT_MS   10000
-/* kv_wait: the server answers "timeout" at timeout_ms; give its reply time. */
-#define RDZV_WAIT_MARGIN_MS       2000
+/* join, kv_wait: the server answers "timeout" at timeout_ms (checked every
+ * 100 ms), and its reply says more than the client could; a second is
+ * time enough for it to arrive, and keeps the caller's timeout close. */
+#define RDZV_WAIT_MARGIN_MS       1000
+/* A join whose server name does not resolve looks it up again this often
+ * until its timeout: a Service or DNS record may be on its way. */
+#define RDZV_RESOLVE_RETRY_MS     1000
 
 /* ZeroMQ reconnect backoff while rdzvd is down. */
 #define RDZV_RECONNECT_IVL_MS     100

@@ -67,34 +67,71 @@ static int s_source_for(const struct addrinfo *ai, char *out, size_t outlen)
     return rc;
 }
 
+/* Resolves host for socktype: 0 with *res, or -1 with err saying why
+ * and errno EAGAIN (the name does not resolve, perhaps not yet). */
+static int s_lookup(const char *host, int socktype, struct addrinfo **res,
+                    char *err, size_t errlen)
+{
+    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = socktype };
+    int gai = getaddrinfo(host, "9", &hints, res);
+    if (gai == 0)
+        return 0;
+    int saved = errno;
+    rdzv_set_error(err, errlen, RDZV_ROUTE_UNRESOLVED " '%s' (DNS: %s)", host,
+                   gai == EAI_SYSTEM ? strerror(saved) : gai_strerror(gai));
+    errno = EAGAIN;
+    return -1;
+}
+
+/* endpoint's host into host; 1 when endpoint is not tcp (ipc, inproc). */
+static int s_tcp_host(const char *endpoint, char *host, size_t len, char *err, size_t errlen)
+{
+    if (!endpoint || strncmp(endpoint, S_TCP_PREFIX, strlen(S_TCP_PREFIX)) != 0)
+        return 1;
+    if (rdzv_route_endpoint_host(endpoint, host, len) == 0)
+        return 0;
+    rdzv_set_error(err, errlen, "cannot find the host in endpoint '%s'", endpoint);
+    errno = EINVAL;
+    return -1;
+}
+
+int rdzv_route_resolve(const char *endpoint, char *err, size_t errlen)
+{
+    char host[NI_MAXHOST];
+    int rc = s_tcp_host(endpoint, host, sizeof host, err, errlen);
+    struct addrinfo *res = NULL;
+    if (rc != 0)
+        return rc < 0 ? -1 : 0;
+    if (s_lookup(host, SOCK_STREAM, &res, err, errlen) < 0)
+        return -1;
+    freeaddrinfo(res);
+    return 0;
+}
+
 int rdzv_route_default_host(const char *endpoint, char *out, size_t outlen,
                             char *err, size_t errlen)
 {
-    if (!endpoint || strncmp(endpoint, S_TCP_PREFIX, strlen(S_TCP_PREFIX)) != 0) {
+    char host[NI_MAXHOST];
+    int tcp = s_tcp_host(endpoint, host, sizeof host, err, errlen);
+    if (tcp < 0)
+        return -1;
+    if (tcp > 0) {
         if (outlen <= strlen(S_LOOPBACK))
             return -1;
         strcpy(out, S_LOOPBACK);    /* ipc, inproc: same machine */
         return 0;
     }
-    char host[NI_MAXHOST];
-    if (rdzv_route_endpoint_host(endpoint, host, sizeof host) != 0) {
-        rdzv_set_error(err, errlen, "cannot find the host in endpoint '%s'", endpoint);
-        return -1;
-    }
-    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_DGRAM };
     struct addrinfo *res = NULL;
-    int gai = getaddrinfo(host, "9", &hints, &res);
-    if (gai != 0) {
-        rdzv_set_error(err, errlen, "cannot resolve server host '%s': %s",
-                       host, gai_strerror(gai));
+    if (s_lookup(host, SOCK_DGRAM, &res, err, errlen) < 0)
         return -1;
-    }
     int rc = -1;
     for (const struct addrinfo *ai = res; ai && rc != 0; ai = ai->ai_next)
         rc = s_source_for(ai, out, outlen);
     freeaddrinfo(res);
-    if (rc != 0)
+    if (rc != 0) {
         rdzv_set_error(err, errlen, "no local address routes to '%s'; pass a host", host);
+        errno = EHOSTUNREACH;
+    }
     return rc;
 }
 

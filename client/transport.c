@@ -8,6 +8,7 @@
  * a late reply on any socket is still recognised by its id. */
 #include "transport.h"
 #include "context.h"
+#include "route.h"
 #include "security.h"
 
 #include "rdzv.h"
@@ -48,6 +49,7 @@ struct rdzv_transport {
     int named_by;               /* the listed server that named the spare's leader */
     int64_t next_id;
     int sends;
+    char unresolved[RDZV_ERR_LEN];  /* the last call's names that did not resolve */
 };
 
 /* One call: its frame, its resend schedule, and what standbys said. */
@@ -558,6 +560,30 @@ static int s_wait_reply(rdzv_transport_t *self, s_call_t *call, int64_t deadline
     }
 }
 
+const char *rdzv_transport_unresolved(const rdzv_transport_t *self)
+{
+    return self->unresolved;
+}
+
+/* Which names of the list do not resolve, after a call that put nothing on
+ * the wire: libzmq retries a name at each reconnect but never says that
+ * it failed, and a wait that ends in "no reply" would hide a typo or a
+ * missing DNS record. Asked only then, so that calls do not load DNS. */
+static void s_check_names(rdzv_transport_t *self)
+{
+    size_t used = 0;
+    self->unresolved[0] = '\0';
+    for (int i = 0; i < s_count(self) && used < sizeof self->unresolved; i++) {
+        char why[RDZV_ERR_LEN];
+        if (rdzv_route_resolve(self->servers[i].endpoint, why, sizeof why) == 0
+            || errno != EAGAIN || strstr(self->unresolved, why))
+            continue;
+        int n = snprintf(self->unresolved + used, sizeof self->unresolved - used, "%s%s",
+                         used ? "; " : "", why);
+        used += n > 0 ? (size_t) n : 0;
+    }
+}
+
 int rdzv_transport_call(rdzv_transport_t *self, cJSON *req, int64_t deadline_ms,
                         cJSON **reply_out, char *err, size_t errlen)
 {
@@ -577,6 +603,7 @@ int rdzv_transport_call(rdzv_transport_t *self, cJSON *req, int64_t deadline_ms,
         return RDZV_ERR_IO;
     }
     self->sends = 0;
+    self->unresolved[0] = '\0';
     *reply_out = NULL;
     s_call_t call = { .id = id, .text = text, .pending = true,
                       .interval_ms = RDZV_RESEND_FIRST_MS,
@@ -584,7 +611,11 @@ int rdzv_transport_call(rdzv_transport_t *self, cJSON *req, int64_t deadline_ms,
     int rc = s_wait_reply(self, &call, deadline_ms, reply_out);
     cJSON_Delete(call.refusal);
     free(text);
-    if (rc == RDZV_ERR_TIMEOUT)
+    if (rc == RDZV_ERR_TIMEOUT && self->sends == 0)
+        s_check_names(self);
+    if (rc == RDZV_ERR_TIMEOUT && self->unresolved[0])
+        rdzv_set_error(err, errlen, "%s", self->unresolved);
+    else if (rc == RDZV_ERR_TIMEOUT)
         rdzv_set_error(err, errlen, "no reply from the server before the deadline");
     else if (rc == RDZV_ERR_IO && call.malformed[0])
         rdzv_set_error(err, errlen, "%s", call.malformed);

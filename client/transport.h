@@ -39,6 +39,11 @@ int rdzv_transport_call(rdzv_transport_t *self, cJSON *req, int64_t deadline_ms,
 /* The server calls go to now: the last that answered (at first the
  * list's first). Owned by self, valid until its next call. */
 const char *rdzv_transport_endpoint(const rdzv_transport_t *self);
+/* Why the last call's servers could not be reached by name: "cannot
+ * resolve server host 'H' (DNS: reason)" for each name of the list that
+ * did not resolve when the call timed out without sending a frame; ""
+ * otherwise. Owned by self. */
+const char *rdzv_transport_unresolved(const rdzv_transport_t *self);
 /* How many frames the last call put on the wire (1 + resends); for tests. */
 int rdzv_transport_sends(const rdzv_transport_t *self);
 

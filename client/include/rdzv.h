@@ -123,7 +123,12 @@ int rdzv_client_set_router(rdzv_client_t *self, const char *router);
 
 /* Blocks until every rank has joined, the deadline passes or the server
  * refuses. On success *out holds a new assignment owned by the caller.
- * Rides through a rdzvd restart by resending the same join. */
+ * Rides through a rdzvd restart by resending the same join. The deadline
+ * is args->timeout_ms, and up to a second more for rdzvd's own timeout
+ * reply (RDZV_ERR_TIMEOUT either way). A server name that does not
+ * resolve is looked up again until then: rdzv_client_error then names it
+ * and getaddrinfo's reason ("cannot resolve server host 'H' (DNS: ...)"),
+ * as it does for any call that timed out so. */
 int rdzv_join(rdzv_client_t *self, const rdzv_join_args_t *args,
               rdzv_assignment_t **out);
 

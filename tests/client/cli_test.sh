@@ -25,6 +25,16 @@ expect() {
     got=$?
     if [ "$got" -eq "$want" ]; then ok "$what"; else echo "# exit $got, want $want"; not_ok "$what"; fi
 }
+# timed LIMIT CODE DESCRIPTION CMD...: expect, and CMD ends within LIMIT
+# seconds.
+timed() {
+    limit=$1; what=$3; shift
+    t0=$(date +%s%N)
+    expect "$@"
+    ms=$((($(date +%s%N) - t0) / 1000000))
+    if [ "$ms" -le $((limit * 1000)) ]; then ok "$what: within $limit s"
+    else echo "# took $ms ms"; not_ok "$what: within $limit s"; fi
+}
 # has FILE TEXT DESCRIPTION: the last command's output contains TEXT.
 has() {
     if grep -qF -- "$2" "$1"; then ok "$3"; else echo "# missing: $2"; cat "$1" | sed 's/^/# /'; not_ok "$3"; fi
@@ -178,6 +188,29 @@ else
         --rank 5 --timeout 10 --socket "/tmp/rdzv-cli-test-$$.sock" -- sh -c 'echo "server=$RDZV_SERVER"'
     has "$OUT" "server=$LIST" "the agent's command gets the whole list"
 fi
+
+# A server name that does not resolve: each command retries it until its
+# --timeout, then exits 3 naming the name and getaddrinfo's reason (the
+# agent through librdzv's join). Limits: the timeout and 2 s.
+NX=tcp://no-such-host.invalid:29400
+DNS="cannot resolve server host 'no-such-host.invalid' (DNS: "
+NXSOCK=/tmp/rdzv-cli-test-$$-nx.sock
+timed 4 3 "join with an unresolvable server" "$RDZV" join --server "$NX" --group g --world 1 \
+    --rank 0 --timeout 2
+has "$ERR" "rdzv join: timed out: $DNS" "join names the DNS failure"
+has "$ERR" "; timeout 2 s" "join says its timeout"
+timed 4 3 "status with an unresolvable server" "$RDZV" status --server "$NX" --timeout 2
+has "$ERR" "rdzv status: timed out: $DNS" "status names the DNS failure"
+timed 4 3 "agent with an unresolvable server" timeout 20 "$RDZV" agent --server "$NX" --group g \
+    --world 1 --rank 0 --timeout 2 --socket "$NXSOCK"
+has "$ERR" "$DNS" "agent names the DNS failure"
+rm -f "$NXSOCK" "$NXSOCK".*
+# Nothing answers: join ends about a second after --timeout (rdzvd's own
+# timeout reply would have come by then), not later because a progress
+# line was asking rdzvd when the join gave up.
+timed 6 3 "join with nothing listening, --timeout 4" "$RDZV" join --server tcp://127.0.0.1:1 \
+    --group g --world 1 --rank 0 --timeout 4
+has "$ERR" "no reply from tcp://127.0.0.1:1 (rdzvd down" "join says nothing answered"
 
 echo "1..$n"
 exit $failed

@@ -363,6 +363,48 @@ START_TEST(test_request_timeout)
 }
 END_TEST
 
+/* A server name that does not resolve: every call waits out its timeout
+ * (libzmq and the join look the name up again meanwhile), then fails
+ * with RDZV_ERR_TIMEOUT naming the name and getaddrinfo's reason, not
+ * "no reply" or, for a join, an I/O error at once. */
+START_TEST(test_unresolvable_server)
+{
+    static const char want[] = "cannot resolve server host 'no-such-host.invalid' (DNS: ";
+    rdzv_client_t *c = rdzv_client_new("tcp://no-such-host.invalid:29400", NULL, NULL, 0);
+    ck_assert_ptr_nonnull(c);
+    ck_assert_int_eq(rdzv_client_set_request_timeout(c, 200), RDZV_OK);
+    char *json = NULL;
+    ck_assert_int_eq(rdzv_status(c, NULL, &json), RDZV_ERR_TIMEOUT);
+    ck_assert_msg(strstr(rdzv_client_error(c), want), "%s", rdzv_client_error(c));
+    rdzv_join_args_t a = s_args(200);
+    rdzv_assignment_t *asg = NULL;
+    ck_assert_int_eq(rdzv_join(c, &a, &asg), RDZV_ERR_TIMEOUT);
+    ck_assert_msg(strstr(rdzv_client_error(c), want), "%s", rdzv_client_error(c));
+    ck_assert_ptr_nonnull(strstr(rdzv_client_error(c), "; timeout 0.2 s"));
+    a.host = "10.0.0.1";        /* no lookup of its own: the transport says it */
+    ck_assert_int_eq(rdzv_join(c, &a, &asg), RDZV_ERR_TIMEOUT);
+    ck_assert_msg(strstr(rdzv_client_error(c), want), "%s", rdzv_client_error(c));
+    ck_assert_ptr_null(asg);
+    rdzv_client_destroy(&c);
+}
+END_TEST
+
+/* A list: the join's host comes from a name of it that resolves. */
+START_TEST(test_unresolvable_first_of_list)
+{
+    rdzv_client_t *c = rdzv_client_new("no-such-host.invalid,tcp://127.0.0.1:1", NULL, NULL, 0);
+    rdzv_join_args_t a = s_args(300);
+    a.node = "n";
+    rdzv_assignment_t *asg = NULL;
+    ck_assert_int_eq(rdzv_join(c, &a, &asg), RDZV_ERR_TIMEOUT);
+    const char *why = rdzv_client_error(c);
+    ck_assert_msg(strstr(why, "no reply from any of tcp://no-such-host.invalid:29400, "
+                         "tcp://127.0.0.1:1 (rdzvd down"), "%s", why);
+    ck_assert_msg(strstr(why, "; cannot resolve server host 'no-such-host.invalid'"), "%s", why);
+    rdzv_client_destroy(&c);
+}
+END_TEST
+
 /* ASan's allocator is not fork-safe while other threads allocate (libzmq's
  * I/O threads do): a forked child can hang in malloc. The fork part of the
  * test runs in the plain builds only. */
@@ -540,6 +582,8 @@ static Suite *s_suite(void)
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_other_ops);
     tcase_add_test(tc, test_request_timeout);
+    tcase_add_test(tc, test_unresolvable_server);
+    tcase_add_test(tc, test_unresolvable_first_of_list);
     suite_add_tcase(s, tc);
     tc = tcase_create("client_new");
     /* 1100 clients at once: slow under the sanitizers. */

@@ -3,6 +3,7 @@
 
 #include "check_run.h"
 #include <check.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,29 @@ START_TEST(test_default_host_unresolvable)
 }
 END_TEST
 
+/* A name that does not resolve is told apart (EAGAIN: worth asking again),
+ * and said with getaddrinfo's reason. .invalid never resolves (RFC 6761). */
+START_TEST(test_resolve)
+{
+    char out[64], err[160] = "";
+    errno = 0;
+    ck_assert_int_eq(rdzv_route_default_host("tcp://no-such-host.invalid:1", out,
+                                             sizeof out, err, sizeof err), -1);
+    ck_assert_int_eq(errno, EAGAIN);
+    ck_assert_ptr_nonnull(strstr(err, "cannot resolve server host 'no-such-host.invalid' (DNS: "));
+    errno = 0;
+    err[0] = '\0';
+    ck_assert_int_eq(rdzv_route_resolve("tcp://no-such-host.invalid:1", err, sizeof err), -1);
+    ck_assert_int_eq(errno, EAGAIN);
+    ck_assert_ptr_nonnull(strstr(err, "cannot resolve server host 'no-such-host.invalid' (DNS: "));
+    ck_assert_int_eq(rdzv_route_resolve("tcp://127.0.0.1:1", err, sizeof err), 0);
+    ck_assert_int_eq(rdzv_route_resolve("ipc:///tmp/x", err, sizeof err), 0);
+    errno = 0;
+    ck_assert_int_eq(rdzv_route_resolve("tcp://nohostport", err, sizeof err), -1);
+    ck_assert_int_eq(errno, EINVAL);
+}
+END_TEST
+
 START_TEST(test_default_node)
 {
     char expected[HOST_NAME_MAX + 1], out[256], err[128];
@@ -102,6 +126,7 @@ static Suite *s_suite(void)
     tcase_add_test(tc, test_default_host_loopback);
     tcase_add_test(tc, test_default_host_not_tcp);
     tcase_add_test(tc, test_default_host_unresolvable);
+    tcase_add_test(tc, test_resolve);
     suite_add_tcase(s, tc);
     tc = tcase_create("default_node");
     tcase_add_test(tc, test_default_node);
