@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#define S_TCP "tcp://"
 #define S_WANT "want tcp://HOST:PORT, HOST:PORT or HOST (port %d)"
 
 /* Why the element in place n (from 0) of list is no endpoint; a list of
@@ -25,6 +26,19 @@ static int s_bad(const char *element, int n, const char *list, char *err, size_t
     return -1;
 }
 
+/* element as ZeroMQ wants it. tcp://HOST:PORT is checked as HOST:PORT
+ * is, and tcp://HOST means port RDZV_DEFAULT_PORT as HOST does (and as
+ * torchrun's endpoints do): libzmq would refuse it. tcp://SOURCE;HOST:PORT
+ * and other schemes go to libzmq as given. */
+static int s_normalize(const char *element, char out[RDZV_ENDPOINT_LEN])
+{
+    const char *rest = strncmp(element, S_TCP, strlen(S_TCP)) == 0 ? element + strlen(S_TCP)
+                                                                 : NULL;
+    if (rest && !strchr(rest, ';') && !strstr(rest, "://"))
+        return rdzv_endpoint_normalize(rest, out, RDZV_ENDPOINT_LEN);
+    return rdzv_endpoint_normalize(element, out, RDZV_ENDPOINT_LEN);
+}
+
 /* The element of len bytes at text, in place n, into out->endpoint[n]. */
 static int s_take(const char *text, size_t len, int n, const char *list,
                   rdzv_endpoints_t *out, char *err, size_t errlen)
@@ -40,7 +54,7 @@ static int s_take(const char *text, size_t len, int n, const char *list,
         return s_bad("(too long)", n, list, err, errlen);
     memcpy(element, text, len);
     element[len] = '\0';
-    if (rdzv_endpoint_normalize(element, out->endpoint[n], RDZV_ENDPOINT_LEN) < 0)
+    if (s_normalize(element, out->endpoint[n]) < 0)
         return s_bad(element, n, list, err, errlen);
     return 0;
 }

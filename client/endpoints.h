@@ -16,10 +16,11 @@ typedef struct {
     char endpoint[RDZV_MAX_SERVERS][RDZV_ENDPOINT_LEN];
 } rdzv_endpoints_t;
 
-/* Splits list at commas and normalizes each element (HOST, HOST:PORT and
- * [V6]:PORT become tcp:// endpoints, see rdzv_endpoint_normalize). 0, or
- * -1 with errno EINVAL and err naming the element at fault: empty, not an
- * endpoint, or beyond RDZV_MAX_SERVERS. */
+/* Splits list at commas and normalizes each element (HOST, HOST:PORT,
+ * [V6]:PORT and tcp://HOST become tcp://HOST:PORT endpoints, port
+ * RDZV_DEFAULT_PORT where none is given; see rdzv_endpoint_normalize). 0,
+ * or -1 with errno EINVAL and err naming the element at fault: empty, not
+ * an endpoint, or beyond RDZV_MAX_SERVERS. */
 int rdzv_endpoints_parse(const char *list, rdzv_endpoints_t *out, char *err, size_t errlen);
 
 #endif

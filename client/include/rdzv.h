@@ -75,7 +75,8 @@ typedef struct {
 #define RDZV_MAX_SERVERS 16
 
 /* Connects lazily to endpoint (a ZeroMQ endpoint such as
- * "tcp://127.0.0.1:29400", or HOST:PORT, or HOST; NULL: 127.0.0.1:29400).
+ * "tcp://127.0.0.1:29400", or HOST:PORT, or HOST or tcp://HOST, which mean
+ * port 29400; NULL: 127.0.0.1:29400).
  * endpoint may list up to RDZV_MAX_SERVERS servers separated by commas,
  * the replicas of an active/standby rdzvd: each request goes to the server
  * that answered last, moves on to the next when one does not answer,

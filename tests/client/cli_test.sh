@@ -212,5 +212,11 @@ timed 6 3 "join with nothing listening, --timeout 4" "$RDZV" join --server tcp:/
     --group g --world 1 --rank 0 --timeout 4
 has "$ERR" "no reply from tcp://127.0.0.1:1 (rdzvd down" "join says nothing answered"
 
+# tcp://HOST without a port is HOST, port 29400, as HOST alone is.
+expect 3 "tcp://HOST means port 29400" "$RDZV" status --server tcp://127.0.0.1 --timeout 0.3
+has "$ERR" "no reply from tcp://127.0.0.1:29400 before the deadline" "the port is 29400"
+expect 2 "tcp://HOST: is refused" "$RDZV" status --server tcp://127.0.0.1: --timeout 0.3
+has "$ERR" "bad endpoint 'tcp://127.0.0.1:': want tcp://HOST:PORT" "the bad endpoint is named"
+
 echo "1..$n"
 exit $failed

@@ -530,6 +530,10 @@ START_TEST(test_endpoints_parse)
         { "a:1,tcp://b:2", 2, "tcp://a:1", "tcp://b:2" },
         { "[::1]:5,ipc:///tmp/x,c", 3, "tcp://[::1]:5", "tcp://c:29400" },
         { "a,a,a,a,a,a,a,a,a,a,a,a,a,a,a,a", RDZV_MAX_SERVERS, "tcp://a:29400", NULL },
+        /* tcp://HOST without a port means port 29400, as HOST does. */
+        { "tcp://rdzvd", 1, "tcp://rdzvd:29400", NULL },
+        { "tcp://a,tcp://[fd00::5]", 2, "tcp://a:29400", "tcp://[fd00::5]:29400" },
+        { "tcp://eth0;10.0.0.5:1", 1, "tcp://eth0;10.0.0.5:1", NULL },
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         rdzv_endpoints_t out;
@@ -559,6 +563,9 @@ START_TEST(test_endpoints_malformed)
         { "a,", "empty endpoint in place 2" },
         { ",a", "empty endpoint in place 1" },
         { "a,a,a,a,a,a,a,a,a,a,a,a,a,a,a,a,a", "more than 16 endpoints" },
+        { "tcp://a:", "bad endpoint 'tcp://a:': want" },
+        { "tcp://a:0", "bad endpoint 'tcp://a:0': want" },
+        { "tcp://", "bad endpoint 'tcp://': want" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         rdzv_endpoints_t out;
