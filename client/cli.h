@@ -16,6 +16,26 @@ enum {
     CLI_EXIT_REFUSED = 4,   /* the server answered with an error */
 };
 
+/* Lines of every command's --help, in its option list: --server (its
+ * user includes rdzv_proto.h), and the options rdzv.c takes for every
+ * command (cli_take_security_options). */
+#define CLI_HELP_SERVER \
+    "  --server EP[,EP...]      rdzvd: tcp://HOST:PORT, HOST:PORT or HOST (port\n" \
+    "                           29400); a list: the replicas of an active/standby\n" \
+    "                           rdzvd, tried in turn (RDZV_SERVER; default\n" \
+    "                           " RDZV_DEFAULT_ENDPOINT ")\n"
+#define CLI_HELP_SECURITY \
+    "  --curve-server-public FILE  rdzvd's public certificate\n" \
+    "                           (RDZV_CURVE_SERVER_PUBLIC; default: no CURVE)\n" \
+    "  --curve-secret FILE      this client's secret certificate, its public key\n" \
+    "                           in rdzvd's --clients (RDZV_CURVE_SECRET)\n" \
+    "  --group-token FILE       the file holding the token of an rdzvd started\n" \
+    "                           with --group-token (RDZV_GROUP_TOKEN; default:\n" \
+    "                           none)\n"
+/* How every command's --help says where options come from. */
+#define CLI_HELP_VARIABLES \
+    "A flag's variable is named with it; the flag wins over the variable.\n"
+
 /* getopt_long's answer when the option was unknown or lacked its value
  * (already reported on stderr). */
 #define CLI_OPT_BAD (-2)

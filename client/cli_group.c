@@ -26,17 +26,19 @@ static const char s_usage[] =
     "G forming, with exactly its ranks 0..N-1 joined: it closes at them (its\n"
     "epoch is released to them, of N ranks); other resizes of a forming group\n"
     "are refused.\n"
+    CLI_HELP_VARIABLES
     "\n"
-    "  --server EP[,EP...]\n"
-    "                 rdzvd endpoint; a list: replicas of an active/standby\n"
-    "                 rdzvd, tried in turn (RDZV_SERVER, default\n"
-    "                 " RDZV_DEFAULT_ENDPOINT ")\n"
-    "  --group G      the group (RDZV_GROUP)\n"
-    "  --world N      resize: the new number of ranks\n"
-    "  --fresh        resize: a new round, where no rank keeps its place or plan\n"
-    "                 (every member's heartbeat answers not_found; all join anew)\n"
-    "  --timeout SEC  give up after SEC seconds (default 10)\n"
-    "  -h, --help     this help\n";
+    CLI_HELP_SERVER
+    "  --group G                the group (RDZV_GROUP; required)\n"
+    "  --world N                resize: the new number of ranks (required)\n"
+    "  --fresh                  resize: a new round, where no rank keeps its\n"
+    "                           place or plan (every member's heartbeat answers\n"
+    "                           not_found; all join anew; default: off)\n"
+    "  --timeout SEC            give up after SEC seconds (default 10)\n"
+    CLI_HELP_SECURITY
+    "  -h, --help               this help\n"
+    "\n"
+    "Exit: 0 ok, 2 usage, 3 timeout, 4 refused by the server, 1 other errors.\n";
 
 enum { S_SERVER = 256, S_GROUP, S_WORLD, S_TIMEOUT, S_FRESH };
 

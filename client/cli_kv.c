@@ -17,16 +17,20 @@ static const char s_usage[] =
     "\n"
     "Keys are scoped to a group and epoch; a value is UTF-8 text of up to\n"
     "64 KiB. get prints the value (not_found if it is missing); wait blocks\n"
-    "until it is put.\n"
+    "until it is put, then prints it.\n"
+    CLI_HELP_VARIABLES
     "\n"
-    "  --server EP[,EP...]\n"
-    "                 rdzvd endpoint; a list: replicas of an active/standby\n"
-    "                 rdzvd, tried in turn (RDZV_SERVER, default\n"
-    "                 " RDZV_DEFAULT_ENDPOINT ")\n"
-    "  --group G      the group (RDZV_GROUP)\n"
-    "  --epoch E      the epoch (RDZV_EPOCH, set by 'rdzv join -- CMD')\n"
-    "  --timeout SEC  wait: how long to wait (default 60); others: default 10\n"
-    "  -h, --help     this help\n";
+    CLI_HELP_SERVER
+    "  --group G                the group (RDZV_GROUP; required)\n"
+    "  --epoch E                the epoch (RDZV_EPOCH, which 'rdzv join -- CMD'\n"
+    "                           and the agent set; required)\n"
+    "  --timeout SEC            wait: how long to wait (default 60); put, get:\n"
+    "                           give up after SEC seconds (default 10)\n"
+    CLI_HELP_SECURITY
+    "  -h, --help               this help\n"
+    "\n"
+    "Exit: 0 ok, 2 usage, 3 timeout, 4 refused by the server (not_found: no\n"
+    "such key), 1 other errors.\n";
 
 typedef enum { S_PUT, S_GET, S_WAIT } s_verb_t;
 

@@ -18,17 +18,20 @@ static const char s_usage[] =
     "degraded with the ranks that are dead or do not serve) and age; with\n"
     "--group, then the group's router (and its last error) and one line per\n"
     "rank: node, API endpoint, alive, serving, registered at the router ('-'\n"
-    "without one) and when rdzvd last heard from it. --json prints {\"groups\":[...]} as one\n"
-    "JSON line instead: also the members with their port plans.\n"
+    "without one) and when rdzvd last heard from it. --json prints\n"
+    "{\"groups\":[...]} as one JSON line instead: also the members with their\n"
+    "port plans.\n"
+    CLI_HELP_VARIABLES
     "\n"
-    "  --server EP[,EP...]\n"
-    "                 rdzvd endpoint; a list: replicas of an active/standby\n"
-    "                 rdzvd, tried in turn (RDZV_SERVER, default\n"
-    "                 " RDZV_DEFAULT_ENDPOINT ")\n"
-    "  --group G      only this group (RDZV_GROUP); not_found if it does not exist\n"
-    "  --timeout SEC  give up after SEC seconds (default 10)\n"
-    "  --json         the JSON document rather than the table\n"
-    "  -h, --help     this help\n";
+    CLI_HELP_SERVER
+    "  --group G                only this group (RDZV_GROUP; default: every\n"
+    "                           group); not_found if it does not exist\n"
+    "  --timeout SEC            give up after SEC seconds (default 10)\n"
+    "  --json                   the JSON document rather than the table\n"
+    CLI_HELP_SECURITY
+    "  -h, --help               this help\n"
+    "\n"
+    "Exit: 0 ok, 2 usage, 3 timeout, 4 refused by the server, 1 other errors.\n";
 
 enum { S_SERVER = 256, S_GROUP, S_TIMEOUT, S_JSON };
 

@@ -29,7 +29,7 @@ static const s_command_t s_commands[] = {
     { "join", cli_join_main, "join a group; print the assignment or run a command with it" },
     { "status", cli_status_main, "show the groups rdzvd knows" },
     { "kv", cli_kv_main, "put, get or wait for a key of a group's epoch" },
-    { "group", cli_group_main, "delete a group" },
+    { "group", cli_group_main, "delete a group, or resize it" },
     { "nccl-id", cli_nccl_main, "decode an NCCL unique ID: where its root listens" },
     { "keygen", cli_keygen_main, "write a CURVE key pair (PATH, PATH_secret)" },
     { "agent", s_agent_main, "run the per-node port agent" },

@@ -218,5 +218,31 @@ has "$ERR" "no reply from tcp://127.0.0.1:29400 before the deadline" "the port i
 expect 2 "tcp://HOST: is refused" "$RDZV" status --server tcp://127.0.0.1: --timeout 0.3
 has "$ERR" "bad endpoint 'tcp://127.0.0.1:': want tcp://HOST:PORT" "the bad endpoint is named"
 
+# Every variable the Kubernetes example gives a rank's rdzv, and its flag,
+# is in join --help; RDZV_AGENT_SOCKET is the engine's (librdzv_shim(7)).
+# Of the flags it passes, --socket and --allow-uid are the agent's own.
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+"$RDZV" join --help >"$OUT" 2>&1
+for var in $(grep -ho 'name: RDZV_[A-Z_]*' "$ROOT"/examples/kubernetes/*/ranks.yaml | sort -u \
+        | sed 's/name: //'); do
+    [ "$var" = RDZV_AGENT_SOCKET ] && continue
+    flag=--$(echo "${var#RDZV_}" | tr 'A-Z_' 'a-z-')
+    has "$OUT" "($var" "join --help names $var"
+    has "$OUT" "  $flag " "join --help lists $flag"
+done
+for flag in $(grep -ho '^ *- --[a-z-]*' "$ROOT"/examples/kubernetes/*/ranks.yaml | sort -u \
+        | sed 's/.*- //'); do
+    case $flag in --socket|--allow-uid) continue ;; esac
+    has "$OUT" "  $flag " "join --help lists $flag"
+done
+for c in join status kv group; do
+    "$RDZV" $c --help >"$OUT" 2>&1
+    for v in RDZV_SERVER RDZV_GROUP RDZV_CURVE_SERVER_PUBLIC RDZV_CURVE_SECRET RDZV_GROUP_TOKEN \
+            "default 10"; do
+        [ "$c/$v" = "join/default 10" ] && v="default 60"
+        has "$OUT" "$v" "$c --help: $v"
+    done
+done
+
 echo "1..$n"
 exit $failed
