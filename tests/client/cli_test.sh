@@ -244,5 +244,27 @@ for c in join status kv group; do
     done
 done
 
+# The manuals name every variable their code reads: librdzv_shim(7) each
+# one shim/ reads, rdzv(1) each one the CLI and librdzv read (but
+# RDZV_HEARTBEAT, rdzv_heartbeat_start's default, which rdzv(1) names as
+# the agent's).
+vars_of() {
+    for v in $(cat "$@" | grep -o 'getenv([A-Z_"]*)\|cli_value([^,]*, *"[A-Z_]*"' \
+            | grep -o '"[A-Z_]*"\|RDZV_[A-Z_]*_ENV' | tr -d '"' | sort -u); do
+        case $v in
+            *_ENV) grep -ho "define $v *\"[A-Z_]*\"" "$ROOT"/common/*.h | grep -o 'RDZV_[A-Z_]*"' \
+                | tr -d '"' ;;
+            *) echo "$v" ;;
+        esac
+    done
+}
+for v in $(vars_of "$ROOT"/shim/*.c); do
+    has "$ROOT/docs/man/librdzv_shim.7.scd" "*$v*" "librdzv_shim(7) names $v"
+done
+for v in $(vars_of "$ROOT"/client/*.c); do
+    [ "$v" = RDZV_HEARTBEAT ] && continue
+    has "$ROOT/docs/man/rdzv.1.scd" "*$v*" "rdzv(1) names $v"
+done
+
 echo "1..$n"
 exit $failed
