@@ -66,7 +66,9 @@ static void s_ask(struct cli_progress *p, rdzv_client_t **client, char *line, si
         snprintf(line, len, "%s", err);
         return;
     }
-    rdzv_client_set_request_timeout(*client, S_ASK_MS);
+    /* Not past the join's own timeout: the answer would come after it. */
+    int64_t left = p->start_ms + p->timeout_ms - rdzv_now_ms();
+    rdzv_client_set_request_timeout(*client, left > 0 && left < S_ASK_MS ? (int) left : S_ASK_MS);
     char *json = NULL;
     int rc = rdzv_status(*client, p->group, &json);
     const char *why = rdzv_client_error(*client);
@@ -107,6 +109,7 @@ static void s_free(struct cli_progress *p)
 static bool s_report(struct cli_progress *p, rdzv_client_t **client)
 {
     char line[512];
+    int64_t asked_ms = rdzv_now_ms();
     p->asking = true;
     pthread_mutex_unlock(&p->lock);
     s_ask(p, client, line, sizeof line);
@@ -120,7 +123,7 @@ static bool s_report(struct cli_progress *p, rdzv_client_t **client)
     }
     if (!p->stop)
         fprintf(stderr, "rdzv %s: still waiting after %lld s: %s; timeout %g s\n", p->cmd,
-                (long long) ((rdzv_now_ms() - p->start_ms) / 1000), line,
+                (long long) ((asked_ms - p->start_ms) / 1000), line,
                 p->timeout_ms / 1000.0);
     return true;
 }
