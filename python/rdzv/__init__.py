@@ -12,6 +12,6 @@ from .assignment import Assignment, Member, NamedPorts
 from .client import Client
 from .errors import RdzvError, Refused, Timeout, Unavailable, UsageError
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 __all__ = ["Client", "Assignment", "Member", "NamedPorts", "RdzvError", "Refused", "Timeout",
            "Unavailable", "UsageError"]

@@ -44,7 +44,7 @@ J="join --server $EP --group g"
 expect 2 "no command" "$RDZV"
 expect 2 "unknown command" "$RDZV" frobnicate
 expect 0 "--version" "$RDZV" --version
-has "$OUT" "rdzv 0.1.0" "--version prints the version"
+has "$OUT" "rdzv 0.2.0" "--version prints the version"
 for c in join status kv group; do expect 0 "$c --help" "$RDZV" $c --help; done
 expect 0 "top-level --help" "$RDZV" --help
 expect 2 "join unknown flag" "$RDZV" $J --world 2 --rank 0 --bogus

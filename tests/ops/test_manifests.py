@@ -316,7 +316,7 @@ def check_settings_reach_everything(ctx, ov):
         for k, v in new.items():
             text, n = re.subn(r"- %s=\S*" % k, "- %s=%s" % (k, v), text)
             assert n == 1, f"settings have {n} {k}"
-        text = text.replace("newTag: 0.1.0", "newTag: 9.9.9")
+        text = text.replace("newTag: 0.2.0", "newTag: 9.9.9")
         with open(path, "w") as f:
             f.write(text)
         o = Overlay(copy, ov.name)
