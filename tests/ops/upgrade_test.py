@@ -86,7 +86,8 @@ def build_previous(src, commit, build_dir):
 class Upgrade:
     def __init__(self, new, old, tmp):
         self.new, self.old, self.tmp = new, old, tmp
-        self.base = 31000 + os.getpid() % 40 * 64
+        # Below the kernel's ephemeral range (32768 up, by default).
+        self.base = 27000 + os.getpid() % 40 * 64
         self.d = rdzvtest.Rdzvd(old["rdzvd"], tmp, "--no-nccl", "--port-base", str(self.base),
                                 "--ports-per-rank", "8", "--port-limit", str(self.base + 512))
         self.started = time.monotonic()
@@ -107,7 +108,7 @@ class Upgrade:
              "--world", str(world), "--rank", str(rank), "--host", "127.0.0.1",
              "--node", "n", "--socket", sock, "--heartbeat", "1",
              "--port-range", "%d-%d" % (self.base, self.base + 512)],
-            stdout=subprocess.DEVNULL, stderr=log)
+            stdout=subprocess.DEVNULL, stderr=log, env=release["env"])
         return sock + ".env"
 
     def envs(self, group=GROUP, world=2):
@@ -217,8 +218,13 @@ def main():
     except Skip as e:
         report.skip_all(str(e))
         return report.done()
-    old = {"name": version, "rdzvd": old_rdzvd, "rdzv": old_rdzv}
-    new = {"name": "this", "rdzvd": os.environ["RDZVD"], "rdzv": os.environ["RDZV"]}
+    # meson points LD_LIBRARY_PATH at this release's librdzv, which would
+    # win over the previous rdzv's own (its RUNPATH): its agents run
+    # without it, on the library they were built with.
+    old_env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    old = {"name": version, "rdzvd": old_rdzvd, "rdzv": old_rdzv, "env": old_env}
+    new = {"name": "this", "rdzvd": os.environ["RDZVD"], "rdzv": os.environ["RDZV"],
+           "env": dict(os.environ)}
     with tempfile.TemporaryDirectory(prefix="rdzv-upgrade-") as tmp:
         u = Upgrade(new, old, tmp)
         try:
