@@ -8,7 +8,6 @@
 
 #include "rdzv_proto.h"
 #include "rdzv_util.h"
-#include "route.h"
 
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -80,17 +79,14 @@ static void s_ask(struct cli_progress *p, rdzv_client_t **client, char *line, si
         else
             snprintf(line, len, "group %s: not known to rdzvd yet", p->group);
         cJSON_Delete(groups);
-    } else if (rc == RDZV_ERR_TIMEOUT && strncmp(why, RDZV_ROUTE_UNRESOLVED,
-                                                 strlen(RDZV_ROUTE_UNRESOLVED)) == 0) {
+    } else {
+        /* librdzv's own reason: for no reply, the causes to check in the
+         * same words as the join's final error (rdzv_no_reply_why). */
         snprintf(line, len, "%s", why);
-    } else if (rc == RDZV_ERR_TIMEOUT || rc == RDZV_ERR_IO) {
-        snprintf(line, len, "no reply from %s (rdzvd down, wrong address, "
-                 "Service/NetworkPolicy, or CURVE keys)", p->server);
-        /* Kept after a timeout: it knows which server of a list to ask next. */
+        /* A new client after an I/O error; kept after a timeout, as it
+         * knows which server of a list to ask next. */
         if (rc == RDZV_ERR_IO)
             rdzv_client_destroy(client);
-    } else {
-        snprintf(line, len, "%s", why);
     }
     free(json);
 }
@@ -108,7 +104,7 @@ static void s_free(struct cli_progress *p)
  * thread was left to end by itself (p is then freed). Called locked. */
 static bool s_report(struct cli_progress *p, rdzv_client_t **client)
 {
-    char line[512];
+    char line[768];             /* a no-reply reason (up to 512) and more */
     int64_t asked_ms = rdzv_now_ms();
     p->asking = true;
     pthread_mutex_unlock(&p->lock);

@@ -31,6 +31,7 @@ struct rdzv_client {
     int request_timeout_ms;
     bool replace;                /* joins take the rank from a live session */
     bool members;                /* joins ask for the members list */
+    bool curve;                  /* CURVE keys configured: a silence may be theirs */
     char *router;                /* joins name it; NULL: none */
     /* rank0 mode: the IDs this process made for its next successful join of
      * r0_group; kept across failed joins so a retry sends the same ones. */
@@ -103,6 +104,9 @@ RDZV_EXPORT rdzv_client_t *rdzv_client_new(const char *endpoint, const char *ses
     self->request_timeout_ms = RDZV_REQUEST_TIMEOUT_MS;
     const char *members = getenv("RDZV_MEMBERS");
     self->members = members && strcmp(members, "1") == 0;
+    /* As security.c decides it; a key it cannot load fails the new below. */
+    const char *curve = getenv("RDZV_CURVE_SERVER_PUBLIC");
+    self->curve = curve && *curve;
     if (session)
         strcpy(self->session, session);
     else if (s_new_session(self->session) != 0) {
@@ -244,16 +248,32 @@ static int s_refused(rdzv_client_t *self, const cJSON *error)
            ? RDZV_ERR_TIMEOUT : RDZV_ERR_REFUSED;
 }
 
+void rdzv_no_reply_why(char *out, size_t len, const char *where, bool curve)
+{
+    /* CURVE first: after a key rotation it is the likeliest, and rdzvd's
+     * zauth drops a client it does not know without a word, so only the
+     * client can name it. A wrong group token is answered (forbidden),
+     * so it is never a cause of silence and is not listed. */
+    snprintf(out, len, "no reply from %s (%s; or rdzvd down, wrong address, "
+             "Service/NetworkPolicy)", where,
+             curve ? "RDZV_CURVE_SERVER_PUBLIC is not rdzvd's public key, "
+                     "or this client's key is not in rdzvd's --clients"
+                   : "no CURVE keys are set (RDZV_CURVE_SERVER_PUBLIC) "
+                     "and rdzvd may require them");
+}
+
 /* Why a call ended at its deadline unanswered: the names that did not
- * resolve, and for a list also that none of it answered ("no reply from
- * any of A, B " + what). */
-static int s_no_reply(rdzv_client_t *self, const char *what)
+ * resolve, and for a list also that none of it answered, with the causes
+ * to check (rdzv_no_reply_why). Every call says the same, so that an
+ * agent's heartbeat after a key rotation is as clear as a first join. */
+static int s_no_reply(rdzv_client_t *self)
 {
     const char *dns = rdzv_transport_unresolved(self->transport);
     if (*dns && self->servers.count == 1)
         return s_fail(self, RDZV_ERR_TIMEOUT, "%s", dns);
-    return s_fail(self, RDZV_ERR_TIMEOUT, "no reply from %s %s%s%s", self->endpoint, what,
-                  *dns ? "; " : "", dns);
+    char why[RDZV_ERR_LEN];
+    rdzv_no_reply_why(why, sizeof why, self->endpoint, self->curve);
+    return s_fail(self, RDZV_ERR_TIMEOUT, "%s%s%s", why, *dns ? "; " : "", dns);
 }
 
 /* Sends req (consumed; NULL means building it ran out of memory) and waits
@@ -270,7 +290,7 @@ static int s_call(rdzv_client_t *self, cJSON *req, int64_t deadline_ms,
                                  self->err, sizeof self->err);
     cJSON_Delete(req);
     if (rc == RDZV_ERR_TIMEOUT)
-        return s_no_reply(self, "before the deadline");
+        return s_no_reply(self);
     if (rc != RDZV_OK)
         return rc;
     const cJSON *error = cJSON_GetObjectItemCaseSensitive(reply, "error");
@@ -734,9 +754,8 @@ RDZV_EXPORT int rdzv_join(rdzv_client_t *self, const rdzv_join_args_t *args,
     /* The margin lets rdzvd's own timeout reply, which says how many ranks
      * joined, arrive before the client gives up. */
     rc = s_call(self, req, deadline_ms + RDZV_WAIT_MARGIN_MS, &reply);
-    /* Said in the user's terms: the timeout they gave, and what to check. */
-    if (rc == RDZV_ERR_TIMEOUT && !self->code[0])
-        s_no_reply(self, "(rdzvd down, wrong address, Service/NetworkPolicy, or CURVE keys)");
+    /* Said in the user's terms: the timeout they gave (s_call said what
+     * to check). */
     if (rc == RDZV_ERR_TIMEOUT)
         return s_timed_out(self, timeout_ms);
     if (rc != RDZV_OK)

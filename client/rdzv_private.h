@@ -2,6 +2,7 @@
 #ifndef RDZV_PRIVATE_H
 #define RDZV_PRIVATE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,12 +47,21 @@
 #define RDZV_HEARTBEAT_IVL_MS     2000
 #define RDZV_HEARTBEAT_TIMEOUT_MS 6000
 
-#define RDZV_ERR_LEN              256
+/* Room for a no-reply reason: a list of servers, the causes to check,
+ * names that did not resolve and the timeout. */
+#define RDZV_ERR_LEN              512
 #define RDZV_CODE_LEN             64
 #define RDZV_SESSION_BYTES        16
 
 /* Writes a formatted one-line reason into err (if errlen > 0). */
 void rdzv_set_error(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Why no reply came from where (the server, or "any of A, B"), causes
+ * to check, CURVE keys before the network ("no reply from
+ * WHERE (...)"); curve: this client has CURVE keys configured. The one
+ * wording of librdzv's no-reply errors (join, heartbeat, status, kv...),
+ * which the CLI's progress lines show through rdzv_client_error. */
+void rdzv_no_reply_why(char *out, size_t len, const char *where, bool curve);
 
 #endif

@@ -33,7 +33,7 @@ struct rdzv_agent_control {
     int64_t drain_deadline_ms;
     rdzv_assignment_t *fresh;  /* not yet taken by the main thread */
     int exit_code;             /* != 0: the first join failed */
-    char error[256];
+    char error[640];            /* librdzv's reason (up to 512) and a prefix */
     char first_session[RDZV_MAX_NAME + 1];   /* used by the first client only */
 };
 
@@ -240,13 +240,48 @@ static int64_t s_now_ms(void)
 
 /* The first join retries what may pass before its timeout: rdzvd away
  * (io), and rank_taken, the waiter of a killed agent for this rank, which
- * rdzvd drops at that waiter's deadline. */
+ * rdzvd drops at that waiter's deadline. Not past --timeout: an I/O error
+ * that lasts (no route to the server) would otherwise keep the agent
+ * retrying, and the Pod waiting, for ever. */
 static bool s_retry_first(rdzv_client_t *client, int rc, int64_t deadline_ms)
 {
-    if (rc == RDZV_ERR_IO)
-        return true;
-    return rc == RDZV_ERR_REFUSED && strcmp(rdzv_client_error_code(client), "rank_taken") == 0
-           && s_now_ms() < deadline_ms;
+    if (s_now_ms() >= deadline_ms)
+        return false;
+    return rc == RDZV_ERR_IO
+           || (rc == RDZV_ERR_REFUSED
+               && strcmp(rdzv_client_error_code(client), "rank_taken") == 0);
+}
+
+/* A first join that failed for good: exit 3 when --timeout ran out, I/O
+ * errors retried until then included (as rdzv join's timeout), with the
+ * last reason. */
+static void s_first_failed(rdzv_agent_control_t *self, rdzv_client_t *client, int rc,
+                           int timeout_ms)
+{
+    char why[sizeof self->error];
+    if (rc == RDZV_ERR_IO) {
+        snprintf(why, sizeof why, "timed out: %s; timeout %g s", rdzv_client_error(client),
+                 timeout_ms / 1000.0);
+        s_fail(self, 3, why);
+        return;
+    }
+    s_fail(self, rc == RDZV_ERR_TIMEOUT ? 3 : rc == RDZV_ERR_REFUSED
+                                              ? RDZV_AGENT_EXIT_REFUSED : 1,
+           rdzv_client_error(client));
+}
+
+/* How long to pause before joining again: a taken rank comes free at the
+ * old waiter's deadline, so look again soon, as rdzv join does, not a
+ * heartbeat later; and a first join not past its deadline. */
+static int s_pause_ms(const rdzv_agent_control_t *self, bool taken, bool first,
+                      int64_t deadline_ms)
+{
+    int pause = taken && self->args.heartbeat_ms > S_TAKEN_RETRY_MS ? S_TAKEN_RETRY_MS
+                                                                    : self->args.heartbeat_ms;
+    int64_t left = deadline_ms - s_now_ms();
+    if (first && left < pause)
+        pause = left > 0 ? (int) left : 0;
+    return pause;
 }
 
 /* Joins until it succeeds; only the first join may fail for good. */
@@ -255,10 +290,10 @@ static int64_t s_join(rdzv_agent_control_t *self, rdzv_client_t *client, bool fi
     rdzv_join_args_t args = self->args.join;
     int timeout_ms = args.timeout_ms > 0 ? args.timeout_ms : RDZV_AGENT_JOIN_TIMEOUT_MS;
     int64_t deadline_ms = s_now_ms() + timeout_ms;
-    bool taken = false;        /* once refused rank_taken: only what is left */
-    for (;;) {
+    bool taken = false;        /* once refused rank_taken */
+    for (bool again = false;; again = true) {
         rdzv_assignment_t *a = NULL;
-        if (taken) {
+        if (first && again) {  /* a retried first join: only what is left */
             int64_t left = deadline_ms - s_now_ms();
             args.timeout_ms = left > 0 ? (int) left : 1;
         }
@@ -274,18 +309,12 @@ static int64_t s_join(rdzv_agent_control_t *self, rdzv_client_t *client, bool fi
             return epoch;
         }
         if (first && !s_retry_first(client, rc, deadline_ms)) {
-            s_fail(self, rc == RDZV_ERR_TIMEOUT ? 3 : rc == RDZV_ERR_REFUSED
-                                                      ? RDZV_AGENT_EXIT_REFUSED : 1,
-                   rdzv_client_error(client));
+            s_first_failed(self, client, rc, timeout_ms);
             return -1;
         }
         taken = taken || (first && rc == RDZV_ERR_REFUSED);
         fprintf(stderr, "rdzv agent: join: %s; retrying\n", rdzv_client_error(client));
-        /* A taken rank comes free at the old waiter's deadline: look again
-         * soon, as rdzv join does, not a heartbeat later. */
-        int pause = taken && self->args.heartbeat_ms > S_TAKEN_RETRY_MS ? S_TAKEN_RETRY_MS
-                                                                        : self->args.heartbeat_ms;
-        if (!s_wait(self, pause))
+        if (!s_wait(self, s_pause_ms(self, taken, first, deadline_ms)))
             return -1;
     }
 }

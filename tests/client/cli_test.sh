@@ -210,11 +210,11 @@ rm -f "$NXSOCK" "$NXSOCK".*
 # line was asking rdzvd when the join gave up.
 timed 6 3 "join with nothing listening, --timeout 4" "$RDZV" join --server tcp://127.0.0.1:1 \
     --group g --world 1 --rank 0 --timeout 4
-has "$ERR" "no reply from tcp://127.0.0.1:1 (rdzvd down" "join says nothing answered"
+has "$ERR" "no reply from tcp://127.0.0.1:1 (no CURVE keys are set (RDZV_CURVE_SERVER_PUBLIC) and rdzvd may require them; or rdzvd down" "join says nothing answered, and what to check"
 
 # tcp://HOST without a port is HOST, port 29400, as HOST alone is.
 expect 3 "tcp://HOST means port 29400" "$RDZV" status --server tcp://127.0.0.1 --timeout 0.3
-has "$ERR" "no reply from tcp://127.0.0.1:29400 before the deadline" "the port is 29400"
+has "$ERR" "no reply from tcp://127.0.0.1:29400 (no CURVE keys are set" "the port is 29400, and the causes are named"
 expect 2 "tcp://HOST: is refused" "$RDZV" status --server tcp://127.0.0.1: --timeout 0.3
 has "$ERR" "bad endpoint 'tcp://127.0.0.1:': want tcp://HOST:PORT" "the bad endpoint is named"
 

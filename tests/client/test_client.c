@@ -12,6 +12,7 @@
 #include "rdzv_private.h"
 #include "transport.h"
 #include <check.h>
+#include <czmq.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -399,9 +400,70 @@ START_TEST(test_unresolvable_first_of_list)
     ck_assert_int_eq(rdzv_join(c, &a, &asg), RDZV_ERR_TIMEOUT);
     const char *why = rdzv_client_error(c);
     ck_assert_msg(strstr(why, "no reply from any of tcp://no-such-host.invalid:29400, "
-                         "tcp://127.0.0.1:1 (rdzvd down"), "%s", why);
+                         "tcp://127.0.0.1:1 (no CURVE keys are set"), "%s", why);
     ck_assert_msg(strstr(why, "; cannot resolve server host 'no-such-host.invalid'"), "%s", why);
     rdzv_client_destroy(&c);
+}
+END_TEST
+
+/* Every call that nobody answers says what to check, CURVE keys first, in
+ * the words of rdzv_no_reply_why: a heartbeat and a status as a join, since
+ * after a key rotation the agent's heartbeat is what fails. */
+static const char s_curve_why[] = "(RDZV_CURVE_SERVER_PUBLIC is not rdzvd's public key, "
+                                  "or this client's key is not in rdzvd's --clients; "
+                                  "or rdzvd down, wrong address, Service/NetworkPolicy)";
+static const char s_plain_why[] = "(no CURVE keys are set (RDZV_CURVE_SERVER_PUBLIC) and "
+                                  "rdzvd may require them; or rdzvd down";
+
+static void s_assert_no_reply(rdzv_client_t *c, const char *why)
+{
+    char *json = NULL;
+    int64_t epoch = 0;
+    ck_assert_int_eq(rdzv_heartbeat(c, "g", 0, 1, &epoch), RDZV_ERR_TIMEOUT);
+    ck_assert_msg(strstr(rdzv_client_error(c), why), "%s", rdzv_client_error(c));
+    ck_assert_int_eq(rdzv_status(c, NULL, &json), RDZV_ERR_TIMEOUT);
+    ck_assert_msg(strstr(rdzv_client_error(c), why), "%s", rdzv_client_error(c));
+    rdzv_join_args_t a = s_args(100);
+    a.host = "h";
+    a.node = "n";
+    rdzv_assignment_t *asg = NULL;
+    ck_assert_int_eq(rdzv_join(c, &a, &asg), RDZV_ERR_TIMEOUT);
+    ck_assert_msg(strstr(rdzv_client_error(c), why), "%s", rdzv_client_error(c));
+}
+
+START_TEST(test_no_reply_names_causes)
+{
+    char text[RDZV_ERR_LEN];
+    rdzv_no_reply_why(text, sizeof text, "tcp://a:1", true);
+    ck_assert_ptr_eq(strstr(text, "no reply from tcp://a:1 "), text);
+    ck_assert_ptr_nonnull(strstr(text, s_curve_why));
+    rdzv_client_t *c = rdzv_client_new("tcp://127.0.0.1:1", NULL, NULL, 0);
+    rdzv_client_set_request_timeout(c, 100);
+    s_assert_no_reply(c, s_plain_why);
+    rdzv_client_destroy(&c);
+
+    char tmp[] = "/tmp/rdzv-test-curve-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(tmp));
+    char server[64], mine[64];
+    snprintf(server, sizeof server, "%s/server", tmp);
+    snprintf(mine, sizeof mine, "%s/client", tmp);
+    zcert_t *cert = zcert_new();
+    ck_assert_int_eq(zcert_save(cert, server), 0);
+    ck_assert_int_eq(zcert_save(cert, mine), 0);
+    zcert_destroy(&cert);
+    strcat(mine, "_secret");
+    setenv("RDZV_CURVE_SERVER_PUBLIC", server, 1);
+    setenv("RDZV_CURVE_SECRET", mine, 1);
+    c = rdzv_client_new("tcp://127.0.0.1:1", NULL, NULL, 0);
+    unsetenv("RDZV_CURVE_SERVER_PUBLIC");
+    unsetenv("RDZV_CURVE_SECRET");
+    ck_assert_ptr_nonnull(c);
+    rdzv_client_set_request_timeout(c, 100);
+    s_assert_no_reply(c, s_curve_why);
+    rdzv_client_destroy(&c);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+    ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
 
@@ -584,6 +646,7 @@ static Suite *s_suite(void)
     tcase_add_test(tc, test_request_timeout);
     tcase_add_test(tc, test_unresolvable_server);
     tcase_add_test(tc, test_unresolvable_first_of_list);
+    tcase_add_test(tc, test_no_reply_names_causes);
     suite_add_tcase(s, tc);
     tc = tcase_create("client_new");
     /* 1100 clients at once: slow under the sanitizers. */

@@ -100,8 +100,8 @@ slowa_rc=$?
 check "a waiting join says every 5 s which ranks it waits for" \
     "[ $slow_rc = 3 ] && grep -q 'still waiting after 5 s: group slow: 1 of 2 ranks joined epoch 1, waiting for rank 1; timeout 6 s' $dir/slow"
 check "and that rdzvd does not answer, naming what to check, and when it asked" \
-    "grep -q 'still waiting after 5 s: no reply from tcp://127.0.0.1:9 (rdzvd down, wrong address, Service/NetworkPolicy, or CURVE keys); timeout 6 s' $dir/noreply \
-     && grep -q 'timed out: no reply from tcp://127.0.0.1:9 (rdzvd down' $dir/noreply"
+    "grep -q 'still waiting after 5 s: no reply from tcp://127.0.0.1:9 (no CURVE keys are set (RDZV_CURVE_SERVER_PUBLIC) and rdzvd may require them; or rdzvd down, wrong address, Service/NetworkPolicy); timeout 6 s' $dir/noreply \
+     && grep -q 'timed out: no reply from tcp://127.0.0.1:9 (no CURVE keys are set' $dir/noreply"
 check "so does a waiting agent, and it exits 3 with the missing rank" \
     "[ $slowa_rc = 3 ] && grep -q 'rdzv agent: still waiting after 5 s: group slowa: 1 of 2 ranks joined epoch 1, waiting for rank 1; timeout 6 s' $dir/slowa"
 "$RDZV" join --server tcp://no-such-host.invalid:29400 --group x --world 2 --rank 0 \
@@ -171,6 +171,42 @@ check "group delete exits 0" "[ $? = 0 ]"
 "$RDZV" status --group demo 2>/dev/null
 check "a deleted group is gone" "[ $? = 4 ]"
 check "rdzvd is still running" "kill -0 $pid"
+
+# After a CURVE key rotation that left this client's key out of rdzvd's
+# --clients, rdzvd drops it without a word: every call's error names the
+# keys first, the join's and a status's (an agent's heartbeat) alike.
+mkdir -p "$dir/curve/clients"
+"$RDZV" keygen "$dir/curve/server" >/dev/null
+"$RDZV" keygen "$dir/curve/rotated" >/dev/null
+"$RDZVD" --bind 'tcp://127.0.0.1:*' --state-dir "$dir/curve/state" \
+    --endpoint-file "$dir/curve/ep" --port-limit 32000 --no-nccl \
+    --curve-secret "$dir/curve/server_secret" --clients "$dir/curve/clients" \
+    2>"$dir/curve/rdzvd.log" &
+cpid=$!
+i=0
+while [ ! -s "$dir/curve/ep" ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i + 1)); done
+keys="--curve-server-public $dir/curve/server --curve-secret $dir/curve/rotated_secret"
+curve_why="no reply from $(cat "$dir/curve/ep") (RDZV_CURVE_SERVER_PUBLIC is not rdzvd's public key, or this client's key is not in rdzvd's --clients; or rdzvd down"
+"$RDZV" join --server "$(cat "$dir/curve/ep")" $keys --group k --world 1 --rank 0 \
+    --timeout 1 2>"$dir/curve/join"
+check "a client key rdzvd does not know: join exits 3 naming the CURVE keys first" \
+    "[ $? = 3 ] && grep -qF \"rdzv join: timed out: $curve_why\" $dir/curve/join"
+"$RDZV" status --server "$(cat "$dir/curve/ep")" $keys --timeout 1 2>"$dir/curve/status"
+check "... and so does a status, as a heartbeat, not only 'before the deadline'" \
+    "[ $? = 3 ] && grep -qF \"$curve_why\" $dir/curve/status"
+kill $cpid
+wait $cpid 2>/dev/null
+
+# A first join whose I/O error lasts (no source address routes to a
+# broadcast address) ends at the agent's --timeout with exit 3 and the
+# error, as rdzv join's timeout, instead of retrying for ever.
+start=$(date +%s)
+timeout 20 "$RDZV" agent --server tcp://255.255.255.255:9 --group io --world 1 --rank 0 \
+    --timeout 2 --socket "$dir/io.sock" 2>"$dir/io"
+io_rc=$?
+took=$(( $(date +%s) - start ))
+check "an agent's lasting I/O error ends within --timeout 2 + 3 s, exit 3, naming it" \
+    "[ $io_rc = 3 ] && [ $took -le 5 ] && grep -q \"rdzv agent: timed out: no local address routes to '255.255.255.255'; pass a host; timeout 2 s\" $dir/io"
 
 echo "1..$n"
 [ $failed = 0 ]
