@@ -707,10 +707,12 @@ static int s_timed_out(rdzv_client_t *self, int timeout_ms)
 
 /* The host and node a join reports: the caller's, else the defaults. A
  * server name that does not resolve is looked up again until deadline_ms,
- * as libzmq does for the connection: a Service may not be there yet. */
+ * as libzmq does for the connection: a Service may not be there yet.
+ * *waited_ms: how long those retries slept. */
 static int s_whereabouts(rdzv_client_t *self, const rdzv_join_args_t *a, char *host,
-                         char *node, int64_t deadline_ms, int timeout_ms)
+                         char *node, int64_t deadline_ms, int timeout_ms, int64_t *waited_ms)
 {
+    *waited_ms = 0;
     if (!a->node && rdzv_route_default_node(node, RDZV_MAX_NAME + 1,
                                             self->err, sizeof self->err) != 0)
         return RDZV_ERR_IO;
@@ -720,7 +722,9 @@ static int s_whereabouts(rdzv_client_t *self, const rdzv_join_args_t *a, char *h
             return RDZV_ERR_IO;
         if (left <= 0)
             return s_timed_out(self, timeout_ms);
-        s_sleep_ms(left < RDZV_RESOLVE_RETRY_MS ? left : RDZV_RESOLVE_RETRY_MS);
+        int64_t pause = left < RDZV_RESOLVE_RETRY_MS ? left : RDZV_RESOLVE_RETRY_MS;
+        s_sleep_ms(pause);
+        *waited_ms += pause;
     }
     return RDZV_OK;
 }
@@ -743,10 +747,13 @@ RDZV_EXPORT int rdzv_join(rdzv_client_t *self, const rdzv_join_args_t *args,
     int timeout_ms = args->timeout_ms > 0 ? args->timeout_ms : RDZV_DEFAULT_TIMEOUT_MS;
     int64_t deadline_ms = rdzv_now_ms() + timeout_ms;
     char host[RDZV_MAX_NAME + 1], node[RDZV_MAX_NAME + 1];
-    if ((rc = s_whereabouts(self, args, host, node, deadline_ms, timeout_ms)) != RDZV_OK)
+    int64_t waited_ms;
+    if ((rc = s_whereabouts(self, args, host, node, deadline_ms, timeout_ms, &waited_ms))
+        != RDZV_OK)
         return rc;
-    /* rdzvd waits what is left of the timeout, after a name lookup's wait. */
-    int64_t left = deadline_ms - rdzv_now_ms();
+    /* rdzvd waits what is left of the timeout after a name lookup's retries
+     * (the user's own figure when there were none). */
+    int64_t left = timeout_ms - waited_ms;
     cJSON *req = s_join_request(self, args, args->host ? args->host : host,
                                 args->node ? args->node : node, left > 0 ? (int) left : 1,
                                 nccl_id, nccl_ids, rank0_ids);
