@@ -79,6 +79,9 @@ static int s_signature(const char *dir, uint64_t *out)
     return 0;
 }
 
+/* A certificate rdzv keygen writes is under 1 KiB; more is not one. */
+#define S_MAX_CERT_BYTES 65536
+
 /* The public key of the certificate at path, in Z85 (41 bytes with the NUL),
  * or a reason it has none. */
 static const char *s_public_key(const char *path, char z85[S_Z85_KEY_LEN + 1])
@@ -86,7 +89,11 @@ static const char *s_public_key(const char *path, char z85[S_Z85_KEY_LEN + 1])
     struct stat st;
     if (stat(path, &st) < 0 || !S_ISREG(st.st_mode))
         return "not a regular file";
-    zconfig_t *root = zconfig_load(path);
+    /* Read here, not with zconfig_load: that one leaks its file handle on
+     * a file that does not parse, and DIR may hold any file. */
+    zchunk_t *chunk = zchunk_slurp(path, S_MAX_CERT_BYTES);
+    zconfig_t *root = chunk ? zconfig_chunk_load(chunk) : NULL;
+    zchunk_destroy(&chunk);
     const char *text = root ? zconfig_get(root, "/curve/public-key", NULL) : NULL;
     uint8_t key[RDZV_CURVE_KEY_BYTES];
     bool ok = text && strlen(text) == S_Z85_KEY_LEN && zmq_z85_decode(key, text);
