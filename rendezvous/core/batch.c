@@ -14,6 +14,7 @@ int rdzv_batch_record(rdzv_batch_t *self, cJSON *record)
     if (!record)
         return -1;
     int rc = rdzv_journal_append(self->journal, record) == 0 ? 0 : -1;
+    self->appended++;
     if (rc == 0)
         rc = rdzv_state_apply(self->state, record);
     cJSON_Delete(record);
@@ -23,6 +24,7 @@ int rdzv_batch_record(rdzv_batch_t *self, cJSON *record)
 int rdzv_batch_record_applied(rdzv_batch_t *self, cJSON *record)
 {
     int rc = record && rdzv_journal_append(self->journal, record) == 0 ? 0 : -1;
+    self->appended++;
     cJSON_Delete(record);
     return rc;
 }

@@ -36,6 +36,10 @@ typedef struct {
      * upper bound that keeps the limit check O(1) until it gets close. */
     int pending_at_tick, added_since_tick;
     int released;                /* ranks released since the last commit */
+    uint64_t appended;           /* records appended, ever (the tick's check) */
+    /* Records were appended that no reply of this batch waits for, yet must
+     * be durable soon (the tick's: a member found dead). */
+    bool sync_anyway;
     size_t reply_bytes;          /* of reply texts queued since the last commit */
     rdzv_release_t releasing;
     rdzv_tokens_t *tokens;       /* --tokens; NULL: none */

@@ -19,8 +19,8 @@
 #include <string.h>
 #include <time.h>
 
-/* A batch that released at least this many ranks is committed at once,
- * not held open for more requests: its ranks wait on that one sync. */
+/* A release of at least this many ranks starts its sync before its replies
+ * are queued (s_answer_release); any release ends its batch at once. */
 #define S_URGENT_RANKS 64
 /* So is one whose replies hold this much text (kv values, mostly). */
 #define S_URGENT_REPLY_BYTES (8 << 20)
@@ -340,18 +340,23 @@ void rdzv_core_tick(rdzv_core_t *self)
         rdzv_rate_prune(self->rate, b->now_ms, 10000);
         self->last_prune_ms = b->now_ms;
     }
+    uint64_t appended = b->appended;
     zhashx_t *groups = self->state.groups;
     for (rdzv_group_t *g = zhashx_first(groups); g; g = zhashx_next(groups))
         s_tick_group(b, g);
     s_expire(self);
+    if (b->appended != appended)
+        b->sync_anyway = true;
 }
 
 rdzv_core_queued_t rdzv_core_defer(rdzv_core_t *self)
 {
     assert(self->in_batch);
     rdzv_core_queued_t q = RDZV_CORE_IDLE;
+    /* A release's ranks all wait on its commit: holding it open for
+     * batch-mates would only add the commit window to every formation. */
     if (rdzv_journal_pending(self->journal))
-        q = self->batch.released >= S_URGENT_RANKS ? RDZV_CORE_URGENT : RDZV_CORE_QUEUED;
+        q = self->batch.released ? RDZV_CORE_URGENT : RDZV_CORE_QUEUED;
     /* Replies are made before any is sent: a batch of large values ends
      * early rather than holding thousands of them at once. */
     if (self->batch.reply_bytes >= S_URGENT_REPLY_BYTES)
@@ -448,13 +453,31 @@ int rdzv_core_compact(rdzv_core_t *self)
     return self->metrics.compactions > done ? 0 : -1;
 }
 
+/* Whether anything waits on this batch's records being durable: a reply
+ * (every reply leaves only once all written before it is durable: shard.c),
+ * or the tick's own records. A waiting join is answered only by its group's
+ * release, whose sync covers every record before it; so a batch of joins
+ * that answers nobody is written, not synced, and a formation whose ranks
+ * are all present costs one sync, not one per join. A crash loses nothing
+ * acknowledged: the unsynced joins were never answered, and their clients
+ * send them again (docs/reliability.md). */
+static bool s_answers(rdzv_batch_t *b)
+{
+    bool answers = b->sync_anyway;
+    b->sync_anyway = false;
+    for (int t = 0; t < RDZV_MAX_SHARDS && !answers; t++)
+        answers = b->outboxes[t].len > 0;
+    return answers;
+}
+
 int rdzv_core_end(rdzv_core_t *self, rdzv_commit_t *commit)
 {
     assert(self->in_batch);
     rdzv_journal_t *j = self->journal;
     commit->had_records = rdzv_journal_pending(j);
     int rc = s_write(self);
-    rdzv_journal_sync_start(j);
+    if (s_answers(&self->batch))
+        rdzv_journal_sync_start(j);
     /* Rare: a snapshot of the state replaces the file. Its thread writes
      * it while requests go on; a later end puts it in place. */
     if (rc == 0 && self->compaction)

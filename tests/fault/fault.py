@@ -59,6 +59,7 @@ CASES = {
     "tenant_tokens": fault_network.case_tenant_tokens,
     "limits": fault_network.case_limits,
     "compaction": fault_journal.case_compaction,
+    "power_cut": fault_journal.case_power_cut,
 }
 
 
@@ -67,6 +68,7 @@ def main():
     ap.add_argument("--rdzvd", required=True)
     ap.add_argument("--rdzv", required=True)
     ap.add_argument("--shim")
+    ap.add_argument("--powercut")
     opts = rdzvtest.choose(CASES, ap)
     if opts is None:
         return 0
