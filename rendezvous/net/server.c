@@ -57,13 +57,25 @@ static int s_start_auth(rdzv_server_t *self, const rdzv_server_security_t *sec,
 
 /* A peer that stops mid-frame, or never finishes its greeting, would hold
  * its descriptor forever: libzmq drops a handshake that takes longer than
- * the timeout, and heartbeats (a PING every third of it; libzmq answers
- * them for every client, however idle its application) drop a peer that
- * stops answering. */
+ * its limit, and heartbeats (a PING every third of the timeout; libzmq
+ * answers them for every client, however idle its application) drop a peer
+ * that stops answering within the timeout.
+ *
+ * The handshake limit is half the heartbeat interval (a sixth of the
+ * timeout), not the timeout: libzmq 4.3 cancels a timer by walking its I/O
+ * thread's timers from the earliest (poller_base.cpp: "O(n). We assume it
+ * is rarely used"), and every handshake cancels its own. With the limit
+ * past the interval, each established connection's heartbeat timer sorts
+ * ahead of every pending handshake, and a burst of N connections costs N^2
+ * steps per thread; 16384 ranks on 2 cores took 5.3-5.7 s instead of
+ * 9.5-11.5 s with the shorter limit (docs/performance.md). A handshake is
+ * a few round trips; one that takes seconds is stalled, and libzmq's
+ * client reconnects and resends. */
 static void s_peer_timeouts(void *sock, int timeout_ms)
 {
     int ivl = timeout_ms / 3 > 100 ? timeout_ms / 3 : 100;
-    zmq_setsockopt(sock, ZMQ_HANDSHAKE_IVL, &timeout_ms, sizeof timeout_ms);
+    int handshake = ivl / 2;
+    zmq_setsockopt(sock, ZMQ_HANDSHAKE_IVL, &handshake, sizeof handshake);
     zmq_setsockopt(sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
     zmq_setsockopt(sock, ZMQ_HEARTBEAT_TIMEOUT, &timeout_ms, sizeof timeout_ms);
     zmq_setsockopt(sock, ZMQ_HEARTBEAT_TTL, &timeout_ms, sizeof timeout_ms);
