@@ -31,6 +31,7 @@ typedef struct {
     const char *group_prefix; /* group name is prefix + (global / group_size) */
     const char *node_prefix;
     bool members;            /* ask for the members list in replies */
+    bool any_reply;          /* ZMTP: any one message answers (the zmq floor's) */
     int timeout_ms;
     bool busy_poll;          /* never sleep in epoll_wait: ranks whose waking
                               * costs the server nothing, as on other hosts */
@@ -57,9 +58,22 @@ int bench_check_reply(const char *text, size_t len, int rank, int *port);
  * arrived, `threads` writers a slice each, then exits when its peers close.
  * Returns its pid, the port in *port. */
 int bench_floor_spawn(size_t expect, size_t reply_bytes, int threads, int *port);
-/* The libzmq reference: a bare ROUTER that answers every DEALER with a
- * minimal assignment once `expect` joins have arrived (what any zmq server
- * pays before doing any work of its own). */
-int bench_zmq_floor_spawn(size_t expect, int *port);
+/* What both floors answer each request with, in bytes. */
+#define BENCH_FLOOR_REPLY_BYTES 600
+
+/* The libzmq floor (zmq_floor.c): a bare ROUTER server in rdzvd's shape. */
+typedef struct {
+    int shards;              /* ROUTER sockets, a thread each */
+    int io_threads;          /* libzmq I/O threads */
+    int listeners;           /* SO_REUSEPORT listeners dealt to the shards */
+} bench_zmq_shape_t;
+
+/* rdzvd's default shape on this machine (rdzvd.c). */
+void bench_zmq_shape_default(bench_zmq_shape_t *shape);
+/* Forks the libzmq floor, listening on 127.0.0.1; once `expect` requests
+ * have arrived it answers each with reply_bytes, from the shard that took
+ * it; it serves until SIGTERM. Returns its pid, the port in *port. */
+int bench_zmq_floor_spawn(size_t expect, size_t reply_bytes, const bench_zmq_shape_t *shape,
+                          int *port);
 
 #endif

@@ -1,7 +1,6 @@
-/* The floors rdzvd is measured against: a minimal epoll server that
+/* The floor rdzvd is measured against: a minimal epoll server that
  * answers N raw requests once all have arrived (what the kernel alone
- * costs), and a bare libzmq ROUTER doing the same (what libzmq costs
- * before any work of rdzvd's own). */
+ * costs). zmq_floor.c does the same over libzmq. */
 #include "bench.h"
 
 #include <arpa/inet.h>
@@ -16,7 +15,6 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
-#include <zmq.h>
 
 /* ---- the floor server ---------------------------------------------------- */
 
@@ -210,75 +208,4 @@ int bench_floor_spawn(size_t expect, size_t reply_bytes, int threads, int *port)
     }
     close(lfd);
     return pid;
-}
-
-/* ---- the libzmq reference ------------------------------------------------- */
-
-int bench_zmq_floor_spawn(size_t expect, int *port)
-{
-    int ready[2];
-    if (pipe(ready) < 0)
-        return -1;
-    pid_t pid = fork();
-    if (pid != 0) {
-        close(ready[1]);
-        int p = 0;
-        ssize_t r = pid > 0 ? read(ready[0], &p, sizeof p) : -1;
-        close(ready[0]);
-        if (r != (ssize_t) sizeof p || p <= 0)
-            return -1;
-        *port = p;
-        return pid;
-    }
-    close(ready[0]);
-    signal(SIGTERM, SIG_DFL);
-    void *ctx = zmq_ctx_new();
-    void *sock = zmq_socket(ctx, ZMQ_ROUTER);
-    int zero = 0, backlog = 4096;
-    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(sock, ZMQ_SNDHWM, &zero, sizeof zero);
-    zmq_setsockopt(sock, ZMQ_RCVHWM, &zero, sizeof zero);
-    zmq_setsockopt(sock, ZMQ_BACKLOG, &backlog, sizeof backlog);
-    char ep[256];
-    size_t el = sizeof ep;
-    int p = 0;
-    if (zmq_bind(sock, "tcp://127.0.0.1:*") == 0
-        && zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, ep, &el) == 0 && strrchr(ep, ':'))
-        p = atoi(strrchr(ep, ':') + 1);
-    if (write(ready[1], &p, sizeof p) != (ssize_t) sizeof p || p <= 0)
-        _exit(1);
-    typedef struct {
-        unsigned char id[256];
-        size_t idlen;
-        int rank;
-    } peer_t;
-    peer_t *peers = calloc(expect ? expect : 1, sizeof *peers);
-    size_t n = 0;
-    while (n < expect) {
-        peer_t *pe = &peers[n];
-        int r = zmq_recv(sock, pe->id, sizeof pe->id, 0);
-        if (r < 0)
-            _exit(1);
-        pe->idlen = (size_t) r;
-        char body[4096];
-        r = zmq_recv(sock, body, sizeof body - 1, 0);
-        if (r < 0)
-            _exit(1);
-        body[r < (int) sizeof body - 1 ? r : (int) sizeof body - 1] = '\0';
-        const char *rk = strstr(body, "\"rank\":");
-        pe->rank = rk ? atoi(rk + 7) : -1;
-        n++;
-    }
-    for (size_t i = 0; i < n; i++) {
-        char reply[512];
-        int len = snprintf(reply, sizeof reply,
-                           "{\"v\":1,\"id\":1,\"ok\":true,\"assignment\":{\"group\":\"g\",\"epoch\":1,"
-                           "\"rank\":%d,\"world\":%zu,\"ports\":[19500]}}",
-                           peers[i].rank, expect);
-        zmq_send(sock, peers[i].id, peers[i].idlen, ZMQ_SNDMORE);
-        zmq_send(sock, reply, (size_t) len, 0);
-    }
-    /* Serve until told to stop (SIGTERM); connections stay up meanwhile. */
-    for (;;)
-        pause();
 }

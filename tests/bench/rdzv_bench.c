@@ -2,7 +2,7 @@
  * JSON object. See docs/performance.md.
  *
  *   rdzv-bench --rdzvd PATH [--ranks N] [--processes P] [--simulator lean|librdzv]
- *              [--groups G] [--preload K] [--fsync on|off] [--floor] [--no-rdzv]
+ *              [--groups G] [--preload K] [--fsync on|off] [--floor] [--zmq-floor] [--no-rdzv]
  *              [--members] [--timeout SEC] [--perf FILE] [--rdzvd-arg ARG]...
  *
  * Timeline of one run: rdzvd is spawned (fresh state directory), K groups of
@@ -50,6 +50,7 @@ typedef struct {
     int nextra;
     size_t floor_reply;
     int floor_threads;
+    bench_zmq_shape_t zmq;   /* the libzmq floor's; 0s: rdzvd's defaults */
 } s_opts_t;
 
 typedef struct {
@@ -69,7 +70,12 @@ static void s_usage(FILE *f)
         "  --fsync on|off      rdzvd's journal fsync (default on)\n"
         "  --floor             also time the floor: a bare epoll server, same N connections\n"
         "  --floor-threads T   the floor answers with T threads, a slice each (default 1)\n"
-        "  --zmq-floor         also time a bare libzmq ROUTER doing the same (libzmq's own cost)\n"
+        "  --zmq-floor         also time the libzmq floor: a bare ROUTER server in rdzvd's shape\n"
+        "                      (shards, I/O threads, listeners, socket options), same N\n"
+        "                      connections, one fixed reply each: libzmq's own cost\n"
+        "  --zmq-floor-shards S, --zmq-floor-io-threads T\n"
+        "                      the libzmq floor's ROUTERs and I/O threads (default: rdzvd's\n"
+        "                      defaults here; listeners as rdzvd's, max(8, S))\n"
         "  --no-rdzv           only the floor(s)\n"
         "  --straggler MS      hold the last rank back MS ms after the others (isolates the\n"
         "                      release: last join to every assignment, no queue ahead of it)\n"
@@ -97,6 +103,8 @@ static int s_parse(int argc, char **argv, s_opts_t *o)
         { "rdzvd-arg", required_argument, 0, 'a' }, { "help", no_argument, 0, 'h' },
         { "rdzvd-log", required_argument, 0, 'L' }, { "busy-poll", no_argument, 0, 'B' },
         { "floor-threads", required_argument, 0, 'T' },
+        { "zmq-floor-shards", required_argument, 0, 1001 },
+        { "zmq-floor-io-threads", required_argument, 0, 1002 },
         { 0, 0, 0, 0 },
     };
     int c;
@@ -126,6 +134,8 @@ static int s_parse(int argc, char **argv, s_opts_t *o)
         case 'L': o->rdzvd_log = optarg; break;
         case 'B': o->busy_poll = true; break;
         case 'T': o->floor_threads = atoi(optarg); break;
+        case 1001: o->zmq.shards = atoi(optarg); break;
+        case 1002: o->zmq.io_threads = atoi(optarg); break;
         case 'a':
             if (o->nextra >= 16)
                 return -1;
@@ -146,6 +156,13 @@ static int s_parse(int argc, char **argv, s_opts_t *o)
     }
     if (o->processes > o->ranks)
         o->processes = o->ranks;
+    bench_zmq_shape_t dflt;
+    bench_zmq_shape_default(&dflt);
+    if (o->zmq.shards < 1 || o->zmq.shards > 64)
+        o->zmq.shards = dflt.shards;
+    if (o->zmq.io_threads < 1 || o->zmq.io_threads > 64)
+        o->zmq.io_threads = dflt.io_threads;
+    o->zmq.listeners = o->zmq.shards > 8 ? o->zmq.shards : 8;
     return 0;
 }
 
@@ -389,7 +406,7 @@ static void s_worker(const s_opts_t *o, int w, int port, int mode, bench_rank_t 
     if (mode != MODE_RDZV || !strcmp(o->simulator, "lean")) {
         bench_lean_job_t job = {
             .wire = mode == MODE_FLOOR ? WIRE_RAW : WIRE_ZMTP, .port = port, .ranks = ranks,
-            .window = o->window, .busy_poll = o->busy_poll,
+            .window = o->window, .busy_poll = o->busy_poll, .any_reply = mode == MODE_ZMQ,
             .count = count, .group_size = gsize, .group_prefix = "bench", .node_prefix = "n",
             .members = o->members, .timeout_ms = o->timeout_s * 1000, .out = out,
         };
@@ -695,7 +712,7 @@ int main(int argc, char **argv)
     }
     if (o.floor) {
         int port = 0;
-        pid_t fsrv = bench_floor_spawn((size_t) o.ranks, 600, o.floor_threads, &port);
+        pid_t fsrv = bench_floor_spawn((size_t) o.ranks, BENCH_FLOOR_REPLY_BYTES, o.floor_threads, &port);
         if (fsrv < 0) {
             perror("floor");
             return 1;
@@ -712,7 +729,7 @@ int main(int argc, char **argv)
     s_procstat_t zbefore = { 0 }, zafter = { 0 }, zidle = { 0 };
     if (o.zmq_floor) {
         int port = 0;
-        pid_t zsrv = bench_zmq_floor_spawn((size_t) o.ranks, &port);
+        pid_t zsrv = bench_zmq_floor_spawn((size_t) o.ranks, BENCH_FLOOR_REPLY_BYTES, &o.zmq, &port);
         if (zsrv < 0) {
             perror("zmq floor");
             return 1;
@@ -765,10 +782,12 @@ int main(int argc, char **argv)
         printf(",\"zmq_assigned\":%zu,\"zmq_seconds\":%.4f,\"zmq_release_min_ms\":%.3f,"
                "\"zmq_release_p50_ms\":%.3f,\"zmq_release_p99_ms\":%.3f,"
                "\"zmq_p99_ms\":%.3f,\"zmq_server_cpu_s\":%.3f,\"zmq_server_rss_mib\":%.2f,"
-               "\"zmq_server_kib_per_rank\":%.2f,\"zmq_server_cpu_us_per_rank\":%.1f",
+               "\"zmq_server_kib_per_rank\":%.2f,\"zmq_server_cpu_us_per_rank\":%.1f,"
+               "\"zmq_shards\":%d,\"zmq_io_threads\":%d,\"zmq_listeners\":%d",
                zs.assigned, zs.wall_seconds, zs.rel_min, zs.rel_p50, zs.rel_p99, zs.p99, zafter.cpu_s - zbefore.cpu_s,
                zafter.rss_mib, (zafter.rss_mib - zidle.rss_mib) * 1024.0 / o.ranks,
-               (zafter.cpu_s - zbefore.cpu_s) * 1e6 / o.ranks);
+               (zafter.cpu_s - zbefore.cpu_s) * 1e6 / o.ranks, o.zmq.shards, o.zmq.io_threads,
+               o.zmq.listeners);
     printf(",\"ok\":%s}\n", rc == 0 ? "true" : "false");
     return rc;
 }
