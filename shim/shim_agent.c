@@ -37,12 +37,44 @@ static bool s_have_path;
 static s_state_t s_state;
 static int s_fd = -1;
 static int s_wait_ms = S_AGENT_WAIT_MS;
-static _Atomic bool s_off;       /* S_OFF, readable without the lock */
 static bool s_require = true;    /* RDZV_SHIM_REQUIRE, not "0" */
 static int s_connect_errno;      /* why the last s_connect failed; 0: the agent hung up */
 /* Ports already said to be outside this rank's plan (once each). */
 static _Atomic uint64_t s_told[65536 / 64];
-static _Atomic int s_base, s_limit;
+/* What every call reads, in one word so that one load reads it whole and
+ * a range is never seen half changed: S_FAST_READY once s_init has run,
+ * S_FAST_OFF (state S_OFF), the range's base in bits 0-16 and its limit
+ * in bits 17-33 (0: not known yet). Written under the shim's lock or in
+ * s_init. */
+static _Atomic uint64_t s_fast;
+#define S_FAST_READY (UINT64_C(1) << 63)
+#define S_FAST_OFF (UINT64_C(1) << 62)
+#define S_FAST_PORT_BITS 17
+#define S_FAST_PORT_MASK ((UINT64_C(1) << S_FAST_PORT_BITS) - 1)
+#define S_FAST_RANGE (S_FAST_PORT_MASK | (S_FAST_PORT_MASK << S_FAST_PORT_BITS))
+
+/* Replaces the bits of mask in s_fast with those of bits. */
+static void s_fast_set(uint64_t mask, uint64_t bits)
+{
+    uint64_t old = atomic_load(&s_fast);
+    while (!atomic_compare_exchange_weak(&s_fast, &old, (old & ~mask) | (bits & mask)))
+        ;
+}
+
+static void s_set_range(int base, int limit)
+{
+    s_fast_set(S_FAST_RANGE, (uint64_t) base | (uint64_t) limit << S_FAST_PORT_BITS);
+}
+
+static int s_range_base(uint64_t fast)
+{
+    return (int) (fast & S_FAST_PORT_MASK);
+}
+
+static int s_range_limit(uint64_t fast)
+{
+    return (int) ((fast >> S_FAST_PORT_BITS) & S_FAST_PORT_MASK);
+}
 
 /* One line on stderr: "librdzv_shim: <what> <arg>; binds pass through". */
 static void s_say(const char *what, const char *arg)
@@ -87,17 +119,16 @@ static void s_init(void)
     s_require = !(require && strcmp(require, "0") == 0);
     int base, limit;
     if (rdzv_shim_parse_range(getenv(RDZV_PORT_RANGE_ENV), &base, &limit) == 0) {
-        atomic_store(&s_base, base);
-        atomic_store(&s_limit, limit);
+        s_set_range(base, limit);
     } else if (s_have_path && s_require) {
         /* Without the range, rdzvd's default one: an unreachable agent
          * must still keep the engine out of the ports it would manage. */
-        atomic_store(&s_base, RDZV_DEFAULT_PORT_BASE);
-        atomic_store(&s_limit, RDZV_DEFAULT_PORT_LIMIT);
+        s_set_range(RDZV_DEFAULT_PORT_BASE, RDZV_DEFAULT_PORT_LIMIT);
     }
     const char *wait = getenv("RDZV_SHIM_AGENT_WAIT_MS");
     if (wait && *wait)
         s_wait_ms = atoi(wait);
+    s_fast_set(S_FAST_READY, S_FAST_READY);
 }
 
 static int64_t s_now_ms(void)
@@ -171,8 +202,7 @@ static int s_connect(int64_t deadline)
         s_drop_connection();
         return -1;
     }
-    atomic_store(&s_base, (int) rep.range_base);
-    atomic_store(&s_limit, (int) rep.range_limit);
+    s_set_range((int) rep.range_base, (int) rep.range_limit);
     return 0;
 }
 
@@ -230,7 +260,7 @@ static void s_fail_closed(void)
     int n = snprintf(msg, sizeof msg, "librdzv_shim: cannot reach the agent at %s (%s); binds "
                      "in the managed range %d-%d fail with EADDRINUSE until it answers "
                      "(RDZV_SHIM_REQUIRE=0 lets them pass)\n", s_path, reason,
-                     atomic_load(&s_base), atomic_load(&s_limit) - 1);
+                     s_range_base(atomic_load(&s_fast)), s_range_limit(atomic_load(&s_fast)) - 1);
     if (n > 0)
         (void) !write(STDERR_FILENO, msg, (size_t) n < sizeof msg ? (size_t) n : sizeof msg - 1);
     s_state = S_CLOSED;
@@ -257,7 +287,7 @@ static bool s_ensure(void)
     if (!s_have_path) {
         s_say("not set:", RDZV_AGENT_SOCKET_ENV);
         s_state = S_OFF;
-        atomic_store(&s_off, true);
+        s_fast_set(S_FAST_OFF, S_FAST_OFF);
         return false;
     }
     if (s_connect(s_deadline()) < 0) {
@@ -267,7 +297,7 @@ static bool s_ensure(void)
         }
         s_say("cannot reach the agent at", s_path);
         s_state = S_OFF;
-        atomic_store(&s_off, true);
+        s_fast_set(S_FAST_OFF, S_FAST_OFF);
         return false;
     }
     s_state = S_CONNECTED;
@@ -296,17 +326,26 @@ void rdzv_shim_agent_not_in_plan(int port, int first, int limit)
         (void) !write(STDERR_FILENO, msg, (size_t) n < sizeof msg ? (size_t) n : sizeof msg - 1);
 }
 
-bool rdzv_shim_agent_off(void)
+/* s_fast, read once s_init has run. */
+RDZV_SHIM_HOT static uint64_t s_fast_word(void)
 {
+    uint64_t fast = atomic_load_explicit(&s_fast, memory_order_acquire);
+    if (fast & S_FAST_READY)
+        return fast;
     pthread_once(&s_once, s_init);
-    return atomic_load(&s_off);
+    return atomic_load_explicit(&s_fast, memory_order_acquire);
 }
 
-bool rdzv_shim_agent_range(int *base, int *limit)
+RDZV_SHIM_HOT bool rdzv_shim_agent_off(void)
 {
-    pthread_once(&s_once, s_init);
-    *base = atomic_load(&s_base);
-    *limit = atomic_load(&s_limit);
+    return s_fast_word() & S_FAST_OFF;
+}
+
+RDZV_SHIM_HOT bool rdzv_shim_agent_range(int *base, int *limit)
+{
+    uint64_t fast = s_fast_word();
+    *base = s_range_base(fast);
+    *limit = s_range_limit(fast);
     return *base > 0;
 }
 

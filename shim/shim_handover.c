@@ -31,24 +31,27 @@ typedef struct {
 
 static s_tracked_t s_tracked[SHIM_MAX_TRACKED];
 static _Atomic size_t s_ntracked;
-/* Entries moved to a dup (s_let_go), counted after the new fd is marked: a
- * close() that took the unlocked path and sees this change under its feet
- * may have closed the very fd an entry just moved to (rdzv_shim_handover_close). */
-static atomic_ulong s_moves;
-/* One bit per fd below S_FD_BITS that is in s_tracked, and a count of the
- * tracked ones above: close() reads them without the lock. Written under
- * the lock only. */
-static _Atomic uint64_t s_fd_bits[S_FD_BITS / 64];
-static _Atomic size_t s_nhigh;
+/* What close() reads without the lock, side by side so that a close of a
+ * low descriptor touches one page of it. Written under the lock only.
+ * moves: entries moved to a dup (s_let_go), counted after the new fd is
+ * marked: a close() that took the unlocked path and sees this change under
+ * its feet may have closed the very fd an entry just moved to
+ * (rdzv_shim_handover_close_unmarked). fd_bits: one bit per fd below
+ * S_FD_BITS that is in s_tracked; nhigh: a count of the tracked ones above. */
+static struct {
+    atomic_ulong moves;
+    _Atomic size_t nhigh;
+    _Atomic uint64_t fd_bits[S_FD_BITS / 64];
+} s_unlocked;
 
 /* Whether fd may be in s_tracked; false is certain, without a lock. */
-static bool s_marked(int fd)
+RDZV_SHIM_HOT static bool s_marked(int fd)
 {
     if (fd < 0)
         return false;
     if (fd >= S_FD_BITS)
-        return atomic_load(&s_nhigh) > 0;
-    return (atomic_load(&s_fd_bits[fd / 64]) >> (fd % 64)) & 1;
+        return atomic_load(&s_unlocked.nhigh) > 0;
+    return (atomic_load(&s_unlocked.fd_bits[fd / 64]) >> (fd % 64)) & 1;
 }
 
 /* Under the lock. */
@@ -56,13 +59,13 @@ static void s_mark(int fd, bool on)
 {
     if (fd >= S_FD_BITS) {
         if (on)
-            atomic_fetch_add(&s_nhigh, 1);
+            atomic_fetch_add(&s_unlocked.nhigh, 1);
         else
-            atomic_fetch_sub(&s_nhigh, 1);
+            atomic_fetch_sub(&s_unlocked.nhigh, 1);
     } else if (on) {
-        atomic_fetch_or(&s_fd_bits[fd / 64], UINT64_C(1) << (fd % 64));
+        atomic_fetch_or(&s_unlocked.fd_bits[fd / 64], UINT64_C(1) << (fd % 64));
     } else {
-        atomic_fetch_and(&s_fd_bits[fd / 64], ~(UINT64_C(1) << (fd % 64)));
+        atomic_fetch_and(&s_unlocked.fd_bits[fd / 64], ~(UINT64_C(1) << (fd % 64)));
     }
 }
 
@@ -72,8 +75,8 @@ static void s_atfork_child(void)
 {
     atomic_store(&s_ntracked, 0);
     for (size_t i = 0; i < S_FD_BITS / 64; i++)
-        atomic_store(&s_fd_bits[i], 0);
-    atomic_store(&s_nhigh, 0);
+        atomic_store(&s_unlocked.fd_bits[i], 0);
+    atomic_store(&s_unlocked.nhigh, 0);
 }
 
 /* At load, for the reason shim_owner.c gives for its own handlers. */
@@ -127,10 +130,10 @@ static void s_let_go(s_tracked_t e, int gone)
             break;
         e.fd = other;
         s_put(&e);
-        atomic_fetch_add(&s_moves, 1);
+        atomic_fetch_add(&s_unlocked.moves, 1);
         /* Marked now, so a close() of other waits for the lock; one that came
          * in before the mark either closed other already (checked here) or
-         * sees s_moves change and checks again. */
+         * sees the moves change and checks again. */
         if (s_same_socket(other, &e))
             return;
         s_take(other, &e);
@@ -200,12 +203,9 @@ static void s_settle(s_tracked_t e, int rc)
         s_let_go(e, e.fd);
 }
 
-/* After a call that freed descriptors without the lock: if an entry moved
- * meanwhile (s_moves no longer reads moves), it may have moved onto one of
- * them; check every entry under the lock. errno is kept. */
-static void s_recheck_if_moved(unsigned long moves)
+void rdzv_shim_handover_recheck(void)
 {
-    if (atomic_load(&s_moves) == moves || rdzv_shim_owner_foreign())
+    if (rdzv_shim_owner_foreign())
         return;
     int saved = errno;
     rdzv_shim_owner_lock();
@@ -214,13 +214,22 @@ static void s_recheck_if_moved(unsigned long moves)
     errno = saved;
 }
 
+/* After a call that freed descriptors without the lock: if an entry moved
+ * meanwhile (s_unlocked.moves no longer reads moves), it may have moved
+ * onto one of them; check every entry under the lock. errno is kept. */
+static void s_recheck_if_moved(unsigned long moves)
+{
+    if (atomic_load(&s_unlocked.moves) != moves)
+        rdzv_shim_handover_recheck();
+}
+
 /* The call freeing number fd (close(), dup2(), dup3()) as libc makes it,
  * errno as libc leaves it. */
 typedef int (*s_free_fn)(int fd, const int *args);
 
 static int s_release(int fd, s_free_fn call, const int *args)
 {
-    unsigned long moves = atomic_load(&s_moves);
+    unsigned long moves = atomic_load(&s_unlocked.moves);
     if (!s_marked(fd)) {
         int rc = call(fd, args);
         s_recheck_if_moved(moves);
@@ -255,6 +264,16 @@ static int s_call_dup(int fd, const int *args)
     return args[1] < 0 ? real->dup2(args[0], fd) : real->dup3(args[0], fd, args[1]);
 }
 
+RDZV_SHIM_HOT bool rdzv_shim_handover_close_unmarked(int fd, int *rc, bool *moved)
+{
+    unsigned long moves = atomic_load(&s_unlocked.moves);
+    if (s_marked(fd))
+        return false;
+    *rc = rdzv_shim_real()->close(fd);
+    *moved = atomic_load(&s_unlocked.moves) != moves;
+    return true;
+}
+
 int rdzv_shim_handover_close(int fd)
 {
     return s_release(fd, s_call_close, NULL);
@@ -272,7 +291,7 @@ int rdzv_shim_handover_dup(int from, int to, int flags)
 int rdzv_shim_handover_close_range(unsigned int first, unsigned int last, int flags)
 {
     const rdzv_shim_real_t *real = rdzv_shim_real();
-    unsigned long moves = atomic_load(&s_moves);
+    unsigned long moves = atomic_load(&s_unlocked.moves);
     /* CLOSE_RANGE_CLOEXEC only marks them, nothing is closed now. */
     if (flags & CLOSE_RANGE_CLOEXEC)
         return real->close_range(first, last, flags);

@@ -7,6 +7,7 @@
 #ifndef RDZV_SHIM_HANDOVER_H
 #define RDZV_SHIM_HANDOVER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* fd now holds the listener of hand-over handle. An entry still there for
@@ -19,6 +20,15 @@ void rdzv_shim_handover_untrack(int fd);
  * hand-over, the entry goes and the number is freed under the lock, then
  * the agent is told (one round trip). An untracked fd takes no lock. */
 int rdzv_shim_handover_close(int fd);
+/* The common close(): when fd holds no hand-over, closes it through libc
+ * into *rc with no lock and returns true; *moved then says whether an
+ * entry moved to a dup meanwhile, maybe onto fd (the caller then runs
+ * rdzv_shim_handover_recheck). False, with nothing done, when fd may hold
+ * one (then rdzv_shim_handover_close). */
+bool rdzv_shim_handover_close_unmarked(int fd, int *rc, bool *moved);
+/* Takes the lock and lets go every entry whose descriptor no longer holds
+ * its socket; errno is kept. */
+void rdzv_shim_handover_recheck(void);
 /* dup2(from, to) (flags -1) or dup3(from, to, flags) through libc: to is
  * freed as by close() first, when it held a hand-over. */
 int rdzv_shim_handover_dup(int from, int to, int flags);

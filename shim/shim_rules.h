@@ -30,6 +30,17 @@ typedef struct {
 bool rdzv_shim_is_candidate(const rdzv_shim_bind_t *b);
 /* The action for a candidate, with the managed range [base, limit). */
 rdzv_shim_action_t rdzv_shim_classify(const rdzv_shim_bind_t *b, int base, int limit);
+/* Whether a bind passes through on its address alone, before the socket
+ * is read: a port outside the known range [base, limit) (base 0: not known
+ * yet), or port 0 on one interface's address. Never true of a bind that
+ * rdzv_shim_classify takes, whatever the socket. Inline: it is on every
+ * bind() of the engine. */
+static inline bool rdzv_shim_passes_on_address(int port, bool wildcard, int base, int limit)
+{
+    if (port == 0)
+        return !wildcard;
+    return port > 0 && base > 0 && (port < base || port >= limit);
+}
 /* Parses "BASE-LIMIT" (RDZV_PORT_RANGE); returns 0 or -1. */
 int rdzv_shim_parse_range(const char *text, int *base, int *limit);
 

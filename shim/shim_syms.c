@@ -2,8 +2,9 @@
 
 #include <dlfcn.h>
 #include <errno.h>
-#include <stdbool.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,9 @@
 
 static rdzv_shim_real_t s_real;
 static pthread_once_t s_once = PTHREAD_ONCE_INIT;
+/* Set once s_real is filled: after that, a load instead of a call into
+ * libc's pthread_once on every wrapped call. */
+static _Atomic bool s_resolved;
 
 /* dlsym() returns an object pointer; ISO C has no cast to a function one. */
 typedef union {
@@ -66,10 +70,12 @@ static void s_resolve(void)
     s_sym_t range = { .obj = dlsym(RTLD_NEXT, "close_range") };
     s_real.close_range = range.obj && !s_is_shim(range.obj) ? range.close_range
                                                             : s_sys_close_range;
+    atomic_store_explicit(&s_resolved, true, memory_order_release);
 }
 
-const rdzv_shim_real_t *rdzv_shim_real(void)
+RDZV_SHIM_HOT const rdzv_shim_real_t *rdzv_shim_real(void)
 {
-    pthread_once(&s_once, s_resolve);
+    if (!atomic_load_explicit(&s_resolved, memory_order_acquire))
+        pthread_once(&s_once, s_resolve);
     return &s_real;
 }

@@ -107,28 +107,66 @@ static void s_copy_options(int from, int to, int family)
     }
 }
 
-/* What a bind on fd would be; reads the socket, changes nothing. */
+/* The port of addr without a system call; -1 if addr is too short. */
+static int s_addr_port(const struct sockaddr *addr, socklen_t len)
+{
+    if (addr->sa_family == AF_INET && len >= sizeof(struct sockaddr_in))
+        return ntohs(((const struct sockaddr_in *) addr)->sin_port);
+    if (addr->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6))
+        return ntohs(((const struct sockaddr_in6 *) addr)->sin6_port);
+    return -1;
+}
+
+/* Whether addr (long enough for its family) is 0.0.0.0 or ::. */
+static bool s_addr_wildcard(const struct sockaddr *addr)
+{
+    return addr->sa_family == AF_INET
+        ? ((const struct sockaddr_in *) addr)->sin_addr.s_addr == htonl(INADDR_ANY)
+        : IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *) addr)->sin6_addr);
+}
+
+/* True when the bind's address alone says it passes through: the common
+ * calls of an engine cost no system call and no lock. */
+RDZV_SHIM_HOT static bool s_passes_at_once(const struct sockaddr *addr, socklen_t len)
+{
+    if (rdzv_shim_agent_off())
+        return true;
+    int port = s_addr_port(addr, len), base, limit;
+    if (port < 0)
+        return false;
+    if (!rdzv_shim_agent_range(&base, &limit))
+        base = limit = 0;
+    return rdzv_shim_passes_on_address(port, s_addr_wildcard(addr), base, limit);
+}
+
+/* What a bind on fd would be; reads the socket, changes nothing. It stops
+ * once the bind cannot be a candidate: a port-0 bind with SO_REUSEADDR or
+ * SO_REUSEPORT (ZeroMQ's bind to any address and any port) costs one or
+ * two reads, not six. */
 static void s_describe(int fd, const struct sockaddr *addr, socklen_t len, rdzv_shim_bind_t *b)
 {
     memset(b, 0, sizeof *b);
+    int port = s_addr_port(addr, len);
+    if (port < 0)
+        return;                /* AF_UNSPEC: never a candidate */
     b->addr_family = addr->sa_family;
-    if ((b->addr_family == AF_INET && len < sizeof(struct sockaddr_in))
-        || (b->addr_family == AF_INET6 && len < sizeof(struct sockaddr_in6))) {
-        b->addr_family = AF_UNSPEC;
-        return;
+    b->port = port;
+    b->wildcard = s_addr_wildcard(addr);
+    if (port == 0) {
+        b->reuseaddr = s_intopt(fd, SOL_SOCKET, SO_REUSEADDR) > 0;
+        b->reuseport = !b->reuseaddr && s_intopt(fd, SOL_SOCKET, SO_REUSEPORT) > 0;
+        if (b->reuseaddr || b->reuseport)
+            return;            /* classify passes it, whatever the socket is */
     }
-    b->port = ntohs(b->addr_family == AF_INET ? ((const struct sockaddr_in *) addr)->sin_port
-                                              : ((const struct sockaddr_in6 *) addr)->sin6_port);
-    b->wildcard = b->addr_family == AF_INET
-        ? ((const struct sockaddr_in *) addr)->sin_addr.s_addr == htonl(INADDR_ANY)
-        : IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *) addr)->sin6_addr);
     b->domain = s_intopt(fd, SOL_SOCKET, SO_DOMAIN);
     b->type = s_intopt(fd, SOL_SOCKET, SO_TYPE);
     b->protocol = s_intopt(fd, SOL_SOCKET, SO_PROTOCOL);
     if (!rdzv_shim_is_candidate(b))
         return;
-    b->reuseaddr = s_intopt(fd, SOL_SOCKET, SO_REUSEADDR) > 0;
-    b->reuseport = s_intopt(fd, SOL_SOCKET, SO_REUSEPORT) > 0;
+    if (port != 0) {
+        b->reuseaddr = s_intopt(fd, SOL_SOCKET, SO_REUSEADDR) > 0;
+        b->reuseport = s_intopt(fd, SOL_SOCKET, SO_REUSEPORT) > 0;
+    }
     struct sockaddr_storage ss;
     socklen_t sslen = sizeof ss;
     if (getsockname(fd, (struct sockaddr *) &ss, &sslen) == 0) {
@@ -153,25 +191,10 @@ static int s_install(int fd, int passed, int family)
     return 0;
 }
 
-/* The port of addr without a system call; -1 if addr is too short. */
-static int s_addr_port(const struct sockaddr *addr, socklen_t len)
-{
-    if (addr->sa_family == AF_INET && len >= sizeof(struct sockaddr_in))
-        return ntohs(((const struct sockaddr_in *) addr)->sin_port);
-    if (addr->sa_family == AF_INET6 && len >= sizeof(struct sockaddr_in6))
-        return ntohs(((const struct sockaddr_in6 *) addr)->sin6_port);
-    return -1;
-}
-
+/* For a bind that s_passes_at_once could not settle. */
 static rdzv_shim_action_t s_decide(int fd, const struct sockaddr *addr, socklen_t len,
                                    rdzv_shim_bind_t *b)
 {
-    /* Fast path, no system calls: nothing is managed, or a fixed port
-     * outside the managed range. Port 0 needs the socket's options. */
-    int port = s_addr_port(addr, len), lo, hi;
-    if (rdzv_shim_agent_off()
-        || (port > 0 && rdzv_shim_agent_range(&lo, &hi) && (port < lo || port >= hi)))
-        return RDZV_SHIM_PASS;
     s_describe(fd, addr, len, b);
     if (!rdzv_shim_is_candidate(b))
         return RDZV_SHIM_PASS;
@@ -234,12 +257,15 @@ static int s_managed_bind(int fd, const struct sockaddr *addr, socklen_t len,
     return err;
 }
 
-int bind(int fd, __CONST_SOCKADDR_ARG arg, socklen_t len)
+RDZV_SHIM_HOT int bind(int fd, __CONST_SOCKADDR_ARG arg, socklen_t len)
 {
     const struct sockaddr *addr = arg.__sockaddr__;
     const rdzv_shim_real_t *real = rdzv_shim_real();
-    if (s_busy || !addr || len < sizeof(sa_family_t)
-        || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6))
+    /* s_busy last: the address alone settles most binds, and reading the
+     * thread-local costs a page of the GOT and one of TLS. */
+    if (!addr || len < sizeof(sa_family_t)
+        || (addr->sa_family != AF_INET && addr->sa_family != AF_INET6)
+        || s_passes_at_once(addr, len) || s_busy)
         return real->bind(fd, arg, len);
     int saved = errno;
     s_busy = 1;
@@ -258,12 +284,24 @@ int bind(int fd, __CONST_SOCKADDR_ARG arg, socklen_t len)
     return 0;
 }
 
-int close(int fd)
+RDZV_SHIM_HOT int close(int fd)
 {
+    int rc;
+    bool moved = false;
+    /* Before s_busy, whose read costs a page of the GOT and one of TLS:
+     * the unmarked path takes no lock and calls nothing but libc. */
+    if (rdzv_shim_handover_close_unmarked(fd, &rc, &moved)) {
+        if (moved && !s_busy) {
+            s_busy = 1;
+            rdzv_shim_handover_recheck();
+            s_busy = 0;
+        }
+        return rc;
+    }
     if (s_busy)
         return rdzv_shim_real()->close(fd);
     s_busy = 1;
-    int rc = rdzv_shim_handover_close(fd);
+    rc = rdzv_shim_handover_close(fd);
     s_busy = 0;
     return rc;
 }

@@ -53,6 +53,31 @@ START_TEST(test_classify)
 }
 END_TEST
 
+/* The address alone never lets through a bind that classify takes. */
+START_TEST(test_passes_agrees)
+{
+    const s_case_t *c = &s_cases[_i];
+    if (rdzv_shim_passes_on_address(c->bind.port, c->bind.wildcard, BASE, LIMIT))
+        ck_assert_msg(c->want == RDZV_SHIM_PASS, "%s", c->what);
+}
+END_TEST
+
+START_TEST(test_passes_on_address)
+{
+    ck_assert(rdzv_shim_passes_on_address(19999, true, BASE, LIMIT));
+    ck_assert(rdzv_shim_passes_on_address(LIMIT, false, BASE, LIMIT));
+    ck_assert(!rdzv_shim_passes_on_address(BASE, false, BASE, LIMIT));
+    ck_assert(!rdzv_shim_passes_on_address(LIMIT - 1, true, BASE, LIMIT));
+    /* Port 0: on one address it passes; on the wildcard it may be a probe. */
+    ck_assert(rdzv_shim_passes_on_address(0, false, BASE, LIMIT));
+    ck_assert(!rdzv_shim_passes_on_address(0, true, BASE, LIMIT));
+    /* The range not known yet: only port 0 on one address. */
+    ck_assert(!rdzv_shim_passes_on_address(19999, true, 0, 0));
+    ck_assert(rdzv_shim_passes_on_address(0, false, 0, 0));
+    ck_assert(!rdzv_shim_passes_on_address(-1, false, BASE, LIMIT));
+}
+END_TEST
+
 START_TEST(test_parse_range)
 {
     int base = 0, limit = 0;
@@ -72,6 +97,8 @@ static Suite *s_suite(void)
     Suite *s = suite_create("shim_rules");
     TCase *tc = tcase_create("classify");
     tcase_add_loop_test(tc, test_classify, 0, (int) (sizeof s_cases / sizeof s_cases[0]));
+    tcase_add_loop_test(tc, test_passes_agrees, 0, (int) (sizeof s_cases / sizeof s_cases[0]));
+    tcase_add_test(tc, test_passes_on_address);
     tcase_add_test(tc, test_parse_range);
     suite_add_tcase(s, tc);
     return s;
