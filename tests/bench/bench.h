@@ -46,8 +46,15 @@ long bench_raise_nofile(void);
 /* Runs the job to completion (or timeout); returns the number of ranks
  * that got a valid reply. */
 size_t bench_lean_run(const bench_lean_job_t *job);
+/* The address a simulated rank gives as its host: one of its own in
+ * 127.0.0.0/8 for each rank (each its own node), as each rank Pod has its
+ * own address. Nothing binds it; rdzvd only records it. With every node
+ * name on one address, rdzvd would check each release against every node
+ * of that address for plans that overlap (documents.c), a check meant for
+ * a few names sharing one network namespace. */
+void bench_rank_host(int global, char *buf, size_t len);
 /* The join request text for one rank (malloc'd). */
-char *bench_join_json(const char *group, int world, int rank, const char *node,
+char *bench_join_json(const char *group, int world, int rank, const char *host, const char *node,
                       const char *session, bool members, int timeout_ms);
 /* Checks a join reply; returns 1 with *port set if it is an assignment for
  * `rank`, else 0. */

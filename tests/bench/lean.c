@@ -40,14 +40,19 @@ long bench_raise_nofile(void)
     return (long) rl.rlim_cur;
 }
 
-char *bench_join_json(const char *group, int world, int rank, const char *node,
+void bench_rank_host(int global, char *buf, size_t len)
+{
+    snprintf(buf, len, "127.%d.%d.%d", (global >> 16) & 255, (global >> 8) & 255, global & 255);
+}
+
+char *bench_join_json(const char *group, int world, int rank, const char *host, const char *node,
                       const char *session, bool members, int timeout_ms)
 {
     char *s = NULL;
     if (asprintf(&s, "{\"v\":1,\"op\":\"join\",\"id\":1,\"group\":\"%s\",\"world\":%d,"
-                 "\"rank\":%d,\"host\":\"127.0.0.1\",\"node\":\"%s\",\"session\":\"%s\","
+                 "\"rank\":%d,\"host\":\"%s\",\"node\":\"%s\",\"session\":\"%s\","
                  "\"timeout_ms\":%d%s}",
-                 group, world, rank, node, session, timeout_ms,
+                 group, world, rank, host, node, session, timeout_ms,
                  members ? "" : ",\"members\":false") < 0)
         return NULL;
     return s;
@@ -399,16 +404,17 @@ size_t bench_lean_run(const bench_lean_job_t *job)
         c->fd = -1;
         c->rank = job->ranks[i];
         if (job->wire == WIRE_ZMTP) {
-            char group[300], node[300], session[64];
+            char group[300], node[300], session[64], host[32];
+            bench_rank_host(c->rank, host, sizeof host);
             snprintf(group, sizeof group, "%s%d", job->group_prefix, c->rank / job->group_size);
             snprintf(node, sizeof node, "%s%d", job->node_prefix, c->rank);
             snprintf(session, sizeof session, "s%d-%d", (int) pid, c->rank);
             c->request = bench_join_json(group, job->group_size, c->rank % job->group_size,
-                                         node, session, job->members, job->timeout_ms);
+                                         host, node, session, job->members, job->timeout_ms);
         } else {
             /* The floor's request: the same size as a join, never parsed. */
             c->request = bench_join_json("floor", job->group_size, c->rank % job->group_size,
-                                         "node", "session", job->members, job->timeout_ms);
+                                         "127.0.0.1", "node", "session", job->members, job->timeout_ms);
         }
         c->reqlen = c->request ? strlen(c->request) : 0;
     }

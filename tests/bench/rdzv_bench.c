@@ -348,7 +348,8 @@ typedef struct {
 static void *s_librdzv_rank(void *p)
 {
     s_thread_arg_t *t = p;
-    char group[64], node[64], err[256];
+    char group[64], node[64], host[32], err[256];
+    bench_rank_host(t->global, host, sizeof host);
     snprintf(group, sizeof group, "%s%d", t->group_prefix, t->global / t->group_size);
     snprintf(node, sizeof node, "n%d", t->global);
     pthread_barrier_wait(t->go);
@@ -360,7 +361,7 @@ static void *s_librdzv_rank(void *p)
         return NULL;
     }
     rdzv_join_args_t args = { .group = group, .world = t->group_size,
-                              .rank = t->global % t->group_size, .host = "127.0.0.1",
+                              .rank = t->global % t->group_size, .host = host,
                               .node = node, .timeout_ms = t->timeout_ms, .nccl_id = "none" };
     rdzv_assignment_t *as = NULL;
     int rc = rdzv_join(t->client, &args, &as);
