@@ -1,6 +1,6 @@
 #include "agent_health.h"
+#include "agent_curl.h"
 
-#include <curl/curl.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -19,17 +19,8 @@ struct rdzv_agent_health {
     int interval_ms;
     rdzv_agent_health_fn *fn;
     void *arg;
+    const rdzv_agent_curl_t *curl;
 };
-
-static pthread_once_t s_curl_once = PTHREAD_ONCE_INIT;
-static CURLcode s_curl_init_rc;
-
-/* curl_global_init is not thread-safe in every libcurl build: once, from
- * whichever checker starts first, before any handle. */
-static void s_curl_init(void)
-{
-    s_curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
 
 /* The body is not looked at: vLLM's /health answers an empty 200. */
 static size_t s_discard(char *data, size_t size, size_t n, void *arg)
@@ -39,11 +30,11 @@ static size_t s_discard(char *data, size_t size, size_t n, void *arg)
     return size * n;
 }
 
-static int s_check(CURL *curl)
+static int s_check(const rdzv_agent_curl_t *c, CURL *curl)
 {
     long status = 0;
-    return curl_easy_perform(curl) == CURLE_OK
-           && curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK
+    return c->easy_perform(curl) == CURLE_OK
+           && c->easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK
            && status == 200;
 }
 
@@ -69,21 +60,23 @@ static bool s_sleep(rdzv_agent_health_t *self)
 static void *s_run(void *arg)
 {
     rdzv_agent_health_t *self = arg;
-    CURL *curl = curl_easy_init();
+    const rdzv_agent_curl_t *c = self->curl;
+    CURL *curl = c->easy_init();
     long wait_ms = self->interval_ms < S_MAX_WAIT_MS ? self->interval_ms : S_MAX_WAIT_MS;
     if (curl) {
-        curl_easy_setopt(curl, CURLOPT_URL, self->url);
-        curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, wait_ms);
-        curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, wait_ms);
-        curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, s_discard);
+        c->easy_setopt(curl, CURLOPT_URL, self->url);
+        c->easy_setopt(curl, CURLOPT_TIMEOUT_MS, wait_ms);
+        c->easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, wait_ms);
+        c->easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+        c->easy_setopt(curl, CURLOPT_WRITEFUNCTION, s_discard);
         /* Loopback only: a proxy from the environment must not answer for it. */
-        curl_easy_setopt(curl, CURLOPT_NOPROXY, "*");
+        c->easy_setopt(curl, CURLOPT_NOPROXY, "*");
     }
     do
-        self->fn(self->arg, curl ? s_check(curl) : 0);
+        self->fn(self->arg, curl ? s_check(c, curl) : 0);
     while (s_sleep(self));
-    curl_easy_cleanup(curl);
+    if (curl)
+        c->easy_cleanup(curl);
     return NULL;
 }
 
@@ -91,11 +84,9 @@ rdzv_agent_health_t *rdzv_agent_health_start(int port, const char *path, int int
                                              rdzv_agent_health_fn *fn, void *arg,
                                              char *err, size_t errlen)
 {
-    pthread_once(&s_curl_once, s_curl_init);
-    if (s_curl_init_rc != CURLE_OK) {
-        snprintf(err, errlen, "libcurl: %s", curl_easy_strerror(s_curl_init_rc));
+    const rdzv_agent_curl_t *curl = rdzv_agent_curl(err, errlen);
+    if (!curl)
         return NULL;
-    }
     rdzv_agent_health_t *self = calloc(1, sizeof *self);
     if (!self) {
         snprintf(err, errlen, "out of memory");
@@ -105,6 +96,7 @@ rdzv_agent_health_t *rdzv_agent_health_start(int port, const char *path, int int
     self->interval_ms = interval_ms;
     self->fn = fn;
     self->arg = arg;
+    self->curl = curl;
     pthread_mutex_init(&self->lock, NULL);
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
