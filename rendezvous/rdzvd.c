@@ -113,7 +113,7 @@ static void s_usage(FILE *out)
         "  --insecure-bind-any      without keys, serve other than loopback anyway\n"
         "  --peer-timeout S         drop a connection that does not answer a ZMTP heartbeat\n"
         "                           within S seconds, or whose handshake takes over S/6\n"
-        "                           (default 30)\n"
+        "                           (at least 1 s; default 30)\n"
         "  --router-allow URL       groups may name this router (rdzv agent --router):\n"
         "                           a whole URL, or its start before '/' or '#'; '*' any;\n"
         "                           repeat for more; empty allows nothing (default:\n"

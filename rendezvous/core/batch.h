@@ -38,7 +38,8 @@ typedef struct {
     int released;                /* ranks released since the last commit */
     uint64_t appended;           /* records appended, ever (the tick's check) */
     /* Records were appended that no reply of this batch waits for, yet must
-     * be durable soon (the tick's: a member found dead). */
+     * be durable soon: the tick's (a root every rank reached, an expired
+     * group's delete). */
     bool sync_anyway;
     size_t reply_bytes;          /* of reply texts queued since the last commit */
     rdzv_release_t releasing;

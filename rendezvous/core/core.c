@@ -19,8 +19,9 @@
 #include <string.h>
 #include <time.h>
 
-/* A release of at least this many ranks starts its sync before its replies
- * are queued (s_answer_release); any release ends its batch at once. */
+/* A release of at least this many ranks is written and starts its sync
+ * before its replies are queued (s_answer_release); a smaller release ends
+ * its batch at once (rdzv_core_defer). */
 #define S_URGENT_RANKS 64
 /* So is one whose replies hold this much text (kv values, mostly). */
 #define S_URGENT_REPLY_BYTES (8 << 20)

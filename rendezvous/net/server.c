@@ -62,7 +62,7 @@ static int s_start_auth(rdzv_server_t *self, const rdzv_server_security_t *sec,
  * that stops answering within the timeout.
  *
  * The handshake limit is half the heartbeat interval (a sixth of the
- * timeout), not the timeout: libzmq 4.3 cancels a timer by walking its I/O
+ * timeout, at least a second), not the timeout: libzmq 4.3 cancels a timer by walking its I/O
  * thread's timers from the earliest (poller_base.cpp: "O(n). We assume it
  * is rarely used"), and every handshake cancels its own. With the limit
  * past the interval, each established connection's heartbeat timer sorts
@@ -74,7 +74,10 @@ static int s_start_auth(rdzv_server_t *self, const rdzv_server_security_t *sec,
 static void s_peer_timeouts(void *sock, int timeout_ms)
 {
     int ivl = timeout_ms / 3 > 100 ? timeout_ms / 3 : 100;
-    int handshake = ivl / 2;
+    /* At least a second (or the whole timeout, when that is shorter): a
+     * CURVE handshake over a slow link, or on a loaded machine, must fit. */
+    int floor_ms = timeout_ms < 1000 ? timeout_ms : 1000;
+    int handshake = ivl / 2 > floor_ms ? ivl / 2 : floor_ms;
     zmq_setsockopt(sock, ZMQ_HANDSHAKE_IVL, &handshake, sizeof handshake);
     zmq_setsockopt(sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
     zmq_setsockopt(sock, ZMQ_HEARTBEAT_TIMEOUT, &timeout_ms, sizeof timeout_ms);

@@ -328,7 +328,7 @@ def _joins_written(journal, group):
 
 def case_power_cut(opts):
     """A formation is acknowledged only once durable, and costs one sync:
-    rdzvd under powercut.c (every sync 100 ms slow); after the 8 ranks of a
+    rdzvd under powercut.c (every sync 1 s slow); after the 8 ranks of a
     group hold their assignments, kill -9 and cut the journal back to what
     the syncs covered; the restarted rdzvd has the group complete at the
     epoch the ranks got. A cut while half the ranks wait loses their
@@ -348,7 +348,9 @@ def case_power_cut(opts):
         TAP.ok(max(counts) <= 2, "a formation of 8 ranks all present costs at most 2 journal "
                "syncs (rdzv_journal_fsync_seconds_count): %s" % counts)
 
-        _with_powercut(opts, srv, log, 100)
+        # 1 s per sync: a reply sent before its sync would reach its client,
+        # and the 8 joins be reaped, long before the sync returned.
+        _with_powercut(opts, srv, log, 1000)
         lost = []
         for i in range(4):
             group = "ack%d" % i
@@ -370,7 +372,7 @@ def case_power_cut(opts):
         first = [join_async(opts, srv.endpoint, group, 8, r, node="n%d" % r, timeout=40)
                  for r in range(4)]
         wait_for(lambda: _joins_written(srv.journal, group) == 4, "4 joins written", timeout=20)
-        time.sleep(0.5)       # any sync started for them has returned by now (100 ms each)
+        time.sleep(2.5)       # any syncs started for them (1 s each, one after another) are done
         keep, had = _cut_power(srv, log)
         TAP.ok(keep < had, "joins that wait are written, not synced: the cut dropped %d of %d "
                "bytes" % (had - keep, had))
