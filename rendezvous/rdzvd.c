@@ -518,6 +518,11 @@ int main(int argc, char **argv)
     };
     if (s_parse(argc, argv, &o) < 0 || s_check_range(&o.cfg) < 0)
         return 2;
+    /* Past --help and --version rdzvd writes only its log, on stderr. czmq
+     * prints some errors on stdout whatever it is told (zconfig's, for a
+     * file in --clients that is no certificate): they join the log. */
+    fflush(stdout);
+    dup2(STDERR_FILENO, STDOUT_FILENO);
 #ifdef RDZV_HAVE_NCCL
     if (!o.cfg.nccl_helper)
         o.cfg.nccl_helper = s_default_helper();

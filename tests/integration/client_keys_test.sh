@@ -22,7 +22,7 @@ start() {
     rm -f "$dir/ep"
     "$RDZVD" --state-dir "$dir/state" --endpoint-file "$dir/ep" --port-limit 32000 --no-nccl \
         --bind 'tcp://127.0.0.1:*' --curve-secret "$dir/server_secret" --clients "$1" \
-        2>>"$dir/rdzvd.log" &
+        >>"$dir/rdzvd.out" 2>>"$dir/rdzvd.log" &
     pid=$!
     i=0
     while [ ! -s "$dir/ep" ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i + 1)); done
@@ -65,6 +65,8 @@ echo "not a certificate" >"$dir/plain/notes.txt"
 as b
 check "a file that is no certificate is skipped, named in the log" \
     "[ $? = 0 ] && grep -q ' clients skipped file=notes.txt ' $dir/rdzvd.log"
+check "... and czmq's own line about it is in the log, rdzvd's stdout stays empty" \
+    "grep -q 'invalid syntax' $dir/rdzvd.log && [ ! -s $dir/rdzvd.out ]"
 stop
 
 # A Kubernetes Secret as the kubelet lays it out: the data in a hidden

@@ -78,6 +78,11 @@ def main():
         rdzvtest.wait_for(lambda: all(read_env(e).get("RDZV_EPOCH") == "1" for e in envs),
                           "epoch 1 formed", timeout=30)
         before = [read_env(e)["RDZV_PORTS"] for e in envs]
+        # The engine is forked once epoch 1 is written; on a loaded machine
+        # its interpreter may not be up yet, and a USR1 before its handler
+        # is set would end it.
+        rdzvtest.wait_for(lambda: os.path.exists(engine_log) and "pid" in open(engine_log).read(),
+                          "rank 0's engine started", timeout=30)
 
         p = group("resize", "--world", "3")
         report.ok(p.returncode == 0 and "world 3, epoch 2" in p.stdout,
