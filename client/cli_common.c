@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int cli_getopt(const char *cmd, int argc, char **argv, const char *optstring,
                const struct option *longopts)
@@ -72,10 +73,29 @@ int cli_parse_seconds(const char *cmd, const char *what, const char *text, int *
     return 0;
 }
 
+/* czmq's zconfig prints a certificate's parse error on stdout (through
+ * zclock_log, whatever zsys is told), where join, status and kv print
+ * what scripts read; while librdzv loads the certificates, stdout is
+ * stderr. Commands connect before they start threads of their own. */
+static rdzv_client_t *s_client_new(const char *server, char *err, size_t errlen)
+{
+    fflush(stdout);
+    int saved = dup(STDOUT_FILENO);
+    if (saved >= 0)
+        dup2(STDERR_FILENO, STDOUT_FILENO);
+    rdzv_client_t *client = rdzv_client_new(server, NULL, err, errlen);
+    if (saved >= 0) {
+        fflush(stdout);
+        dup2(saved, STDOUT_FILENO);
+        close(saved);
+    }
+    return client;
+}
+
 rdzv_client_t *cli_connect(const char *cmd, const char *server, int timeout_ms, int *exit_out)
 {
     char err[256];
-    rdzv_client_t *client = rdzv_client_new(server, NULL, err, sizeof err);
+    rdzv_client_t *client = s_client_new(server, err, sizeof err);
     if (client) {
         if (timeout_ms > 0)
             rdzv_client_set_request_timeout(client, timeout_ms);

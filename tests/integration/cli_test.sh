@@ -194,6 +194,12 @@ check "a client key rdzvd does not know: join exits 3 naming the CURVE keys firs
 "$RDZV" status --server "$(cat "$dir/curve/ep")" $keys --timeout 1 2>"$dir/curve/status"
 check "... and so does a status, as a heartbeat, not only 'before the deadline'" \
     "[ $? = 3 ] && grep -qF \"$curve_why\" $dir/curve/status"
+echo "not a certificate" >"$dir/curve/notes"
+"$RDZV" join --server "$(cat "$dir/curve/ep")" --curve-server-public "$dir/curve/notes" \
+    --curve-secret "$dir/curve/rotated_secret" --group k --world 1 --rank 0 \
+    >"$dir/curve/bad.out" 2>"$dir/curve/bad.err"
+check "a server certificate that does not parse: usage error naming it; czmq's parse error on stderr, stdout empty" \
+    "[ $? = 2 ] && grep -qF 'cannot load the server certificate $dir/curve/notes' $dir/curve/bad.err && grep -q 'invalid syntax' $dir/curve/bad.err && [ ! -s $dir/curve/bad.out ]"
 kill $cpid
 wait $cpid 2>/dev/null
 
