@@ -1,4 +1,5 @@
 #include "security.h"
+#include "curve_cert.h"
 #include "rdzv_util.h"
 #include "rdzv_private.h"
 
@@ -9,13 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define S_Z85_KEY_LEN 40
 
 struct rdzv_security {
     bool curve;
-    char server_public[S_Z85_KEY_LEN + 1];
-    char public[S_Z85_KEY_LEN + 1];
-    char secret[S_Z85_KEY_LEN + 1];
+    char server_public[RDZV_Z85_KEY_LEN + 1];
+    char public[RDZV_Z85_KEY_LEN + 1];
+    char secret[RDZV_Z85_KEY_LEN + 1];
     char *token;
 };
 
@@ -27,25 +27,19 @@ static int s_curve(rdzv_security_t *self, const char *server_file, const char *s
                        "RDZV_CURVE_SERVER_PUBLIC is (CURVE needs this client's secret key)");
         return -1;
     }
-    zcert_t *server = zcert_load(server_file);
-    zcert_t *mine = server ? zcert_load(secret_file) : NULL;
-    int rc = -1;
-    if (!server)
+    const char *why = rdzv_curve_cert_read(server_file, self->server_public, NULL);
+    if (why) {
         rdzv_set_error(err, errlen, "RDZV_CURVE_SERVER_PUBLIC: cannot load the server "
-                       "certificate %s", server_file);
-    else if (!mine || strcmp(zcert_secret_txt(mine), "0000000000000000000000000000000000000000") == 0)
-        rdzv_set_error(err, errlen, "RDZV_CURVE_SECRET: cannot load a secret key from %s",
-                       secret_file);
-    else {
-        snprintf(self->server_public, sizeof self->server_public, "%s", zcert_public_txt(server));
-        snprintf(self->public, sizeof self->public, "%s", zcert_public_txt(mine));
-        snprintf(self->secret, sizeof self->secret, "%s", zcert_secret_txt(mine));
-        self->curve = true;
-        rc = 0;
+                       "certificate %s: %s", server_file, why);
+        return -1;
     }
-    zcert_destroy(&server);
-    zcert_destroy(&mine);
-    return rc;
+    if ((why = rdzv_curve_cert_read(secret_file, self->public, self->secret))) {
+        rdzv_set_error(err, errlen, "RDZV_CURVE_SECRET: cannot load a secret key from %s: %s",
+                       secret_file, why);
+        return -1;
+    }
+    self->curve = true;
+    return 0;
 }
 
 rdzv_security_t *rdzv_security_new(char *err, size_t errlen)
@@ -87,9 +81,9 @@ int rdzv_security_apply(const rdzv_security_t *self, void *sock, char *err, size
 {
     if (!self->curve)
         return 0;
-    if (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, self->server_public, S_Z85_KEY_LEN) != 0
-        || zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, self->public, S_Z85_KEY_LEN) != 0
-        || zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, self->secret, S_Z85_KEY_LEN) != 0) {
+    if (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, self->server_public, RDZV_Z85_KEY_LEN) != 0
+        || zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, self->public, RDZV_Z85_KEY_LEN) != 0
+        || zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, self->secret, RDZV_Z85_KEY_LEN) != 0) {
         rdzv_set_error(err, errlen, "libzmq refused the CURVE keys: %s",
                        zmq_strerror(zmq_errno()));
         return -1;

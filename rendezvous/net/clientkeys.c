@@ -1,5 +1,6 @@
 /* The accepted CURVE client keys of --clients DIR (clientkeys.h). */
 #include "clientkeys.h"
+#include "curve_cert.h"
 #include "log.h"
 
 #include <czmq.h>
@@ -10,7 +11,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define S_Z85_KEY_LEN 40
 #define S_SECRET_SUFFIX "_secret"
 
 struct rdzv_clientkeys {
@@ -79,30 +79,6 @@ static int s_signature(const char *dir, uint64_t *out)
     return 0;
 }
 
-/* A certificate rdzv keygen writes is under 1 KiB; more is not one. */
-#define S_MAX_CERT_BYTES 65536
-
-/* The public key of the certificate at path, in Z85 (41 bytes with the NUL),
- * or a reason it has none. */
-static const char *s_public_key(const char *path, char z85[S_Z85_KEY_LEN + 1])
-{
-    struct stat st;
-    if (stat(path, &st) < 0 || !S_ISREG(st.st_mode))
-        return "not a regular file";
-    /* Read here, not with zconfig_load: that one leaks its file handle on
-     * a file that does not parse, and DIR may hold any file. */
-    zchunk_t *chunk = zchunk_slurp(path, S_MAX_CERT_BYTES);
-    zconfig_t *root = chunk ? zconfig_chunk_load(chunk) : NULL;
-    zchunk_destroy(&chunk);
-    const char *text = root ? zconfig_get(root, "/curve/public-key", NULL) : NULL;
-    uint8_t key[RDZV_CURVE_KEY_BYTES];
-    bool ok = text && strlen(text) == S_Z85_KEY_LEN && zmq_z85_decode(key, text);
-    if (ok)
-        memcpy(z85, text, S_Z85_KEY_LEN + 1);
-    zconfig_destroy(&root);
-    return ok ? NULL : "no curve/public-key of 40 Z85 characters (make one with rdzv keygen)";
-}
-
 /* dir's keys as a fresh table, each skipped file logged; NULL if dir
  * cannot be listed. */
 static zhashx_t *s_read(const char *dir)
@@ -118,10 +94,10 @@ static zhashx_t *s_read(const char *dir)
     zhashx_set_destructor(keys, (zhashx_destructor_fn *) zstr_free);
     zhashx_set_duplicator(keys, (zhashx_duplicator_fn *) strdup);
     for (int i = 0; i < n; i++) {
-        char path[4096], z85[S_Z85_KEY_LEN + 1];
+        char path[4096], z85[RDZV_Z85_KEY_LEN + 1];
         const char *name = list[i]->d_name;
         snprintf(path, sizeof path, "%s/%s", dir, name);
-        const char *why = s_public_key(path, z85);
+        const char *why = rdzv_curve_cert_read(path, z85, NULL);
         if (why)
             rdzv_core_log("clients", "skipped file=%s dir=%s reason=\"%s\"", name, dir, why);
         else
@@ -207,7 +183,7 @@ void rdzv_clientkeys_destroy(rdzv_clientkeys_t **self_p)
 const char *rdzv_clientkeys_lookup(const rdzv_clientkeys_t *self,
                                    const uint8_t key[RDZV_CURVE_KEY_BYTES])
 {
-    char z85[S_Z85_KEY_LEN + 1];
+    char z85[RDZV_Z85_KEY_LEN + 1];
     if (!zmq_z85_encode(z85, key, RDZV_CURVE_KEY_BYTES))
         return NULL;
     return zhashx_lookup(self->keys, z85);

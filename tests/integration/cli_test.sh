@@ -200,6 +200,10 @@ echo "not a certificate" >"$dir/curve/notes"
     >"$dir/curve/bad.out" 2>"$dir/curve/bad.err"
 check "a server certificate that does not parse: usage error naming it; czmq's parse error on stderr, stdout empty" \
     "[ $? = 2 ] && grep -qF 'cannot load the server certificate $dir/curve/notes' $dir/curve/bad.err && grep -q 'invalid syntax' $dir/curve/bad.err && [ ! -s $dir/curve/bad.out ]"
+"$RDZV" join --server "$(cat "$dir/curve/ep")" --curve-server-public "$dir/curve/server" \
+    --curve-secret "$dir/curve/rotated" --group k --world 1 --rank 0 2>"$dir/curve/pub.err"
+check "a public certificate as --curve-secret: usage error, it has no secret key" \
+    "[ $? = 2 ] && grep -qF 'cannot load a secret key from $dir/curve/rotated: no curve/secret-key' $dir/curve/pub.err"
 kill $cpid
 wait $cpid 2>/dev/null
 
