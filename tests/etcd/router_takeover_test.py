@@ -95,7 +95,14 @@ def main():
             t0 = time.monotonic()
             rdzvtest.wait_for(lambda: names[1] not in hap.servers(), "rank 1 off HAProxy",
                               timeout=30, step=0.1)
+            # The leader tells its core after HAProxy has done it: status follows.
             with rdzv.Client(new.endpoint) as c:
+                try:
+                    rdzvtest.wait_for(lambda: [m["registered"] for m in c.status("g")[0]["members"]]
+                                      == [True, False], "rank 1 unregistered in status",
+                                      timeout=30, step=0.1)
+                except rdzvtest.Fail:
+                    pass
                 g = c.status("g")[0]
             report.ok(names[0] in hap.servers()
                       and [m["registered"] for m in g["members"]] == [True, False]

@@ -11,8 +11,8 @@ import subprocess
 import tempfile
 import time
 
-from faultlib import (Fail, Server, Skip, TAP, check, cli, join, join_async, keygen, require_flag,
-                     status, timed_join, wait_for)
+from faultlib import (Fail, Server, Skip, TAP, check, cli, group_of, join, join_async, keygen,
+                     require_flag, status, timed_join, wait_for)
 
 # --- half messages and connection storms -------------------------------------
 
@@ -206,10 +206,10 @@ def case_fd_limit(opts):
         wait_for(lambda: "fewer than 64 of 256 open files are left" in srv.log(),
                  "the warning", timeout=30)
         wait_for(lambda: "--max-connections allows %d" % cap in srv.log(), "the cap's log line",
-                 timeout=10)
+                 timeout=30)
         dropped = wait_for(lambda: gauge('rdzv_peers_dropped_total{reason="connection_cap"}')
                            >= 300 - cap and gauge('rdzv_peers_dropped_total{reason='
-                                                  '"connection_cap"}'), "the drops", timeout=10)
+                                                  '"connection_cap"}'), "the drops", timeout=30)
         fds = srv.fd_count()
         TAP.ok(gauge("rdzv_open_files_near_limit") == 1 and fds < 256,
                "300 peers: the log warns, rdzv_open_files_near_limit is 1, %d connections were "
@@ -229,7 +229,7 @@ def case_fd_limit(opts):
             s.close()
         held.clear()
         wait_for(lambda: gauge("rdzv_open_files_near_limit") == 0
-                 and gauge("rdzv_connections") == 0, "the gauges to clear", timeout=10)
+                 and gauge("rdzv_connections") == 0, "the gauges to clear", timeout=30)
         rc, _, err = join(opts, srv.endpoint, "fds", 1, 0)
         TAP.ok(rc == 0, "the peers gone, rdzv_connections is 0 and a join is served (rc %d %s)"
                % (rc, err.strip()[:100]))
@@ -291,7 +291,7 @@ def case_vanish_10k(opts):
         def settled():
             return srv.fd_count() <= fd0 + 5
         try:
-            wait_for(settled, "rdzvd's descriptors to return", timeout=10)
+            wait_for(settled, "rdzvd's descriptors to return", timeout=30)
             fd_ok = True
         except Fail:
             fd_ok = False
@@ -360,7 +360,7 @@ def case_curve(opts):
                            and re.search(r"refuse handshake from 127\.0\.0\.1:\d+: it does "
                                          r"not speak CURVE", log)) else None
         try:
-            log = wait_for(both_causes, "both refusals in rdzvd's log", timeout=5)
+            log = wait_for(both_causes, "both refusals in rdzvd's log", timeout=30)
         except Fail:
             log = srv.log()
         TAP.ok(both_causes() is not None,
@@ -552,8 +552,13 @@ def case_limits(opts):
         rc, a, err = join(opts, srv.endpoint, "g3", 1, 0)
         TAP.ok(rc == 0, "after a delete the 4th group fits (rc %d)" % rc)
         cli(opts, "group", "delete", "--server", srv.endpoint, "--group", "g3")
-        pend = [join_async(opts, srv.endpoint, "wait", 10, r, timeout=6) for r in range(2)]
-        time.sleep(0.5)
+        pend = [join_async(opts, srv.endpoint, "wait", 10, r, timeout=30) for r in range(2)]
+
+        def both_waiting():
+            rc, st, _ = status(opts, srv.endpoint, "wait")
+            g = group_of(st, "wait") if st else None
+            return g is not None and sorted(g.get("joined", [])) == [0, 1]
+        wait_for(both_waiting, "the two joins waiting in rdzvd", timeout=30, step=0.1)
         rc, a, err = join(opts, srv.endpoint, "wait", 10, 2, timeout=3)
         TAP.ok(rc == 4 and "limit" in err, "--max-waits 2: a third waiting join is refused "
                "with `limit` (rc %d %s)" % (rc, err.strip()[:100]))

@@ -140,6 +140,11 @@ def case_stop_then_resume(g):
     rdzvtest.wait_for(lambda: len(g.starts()) == 2, "CMD started again", timeout=30)
     second = g.starts()[1]
     check(second[3:6:2] == ["2", "3"], "the new CMD runs in %s" % second)
+    # Ranks 1 and 2's agents write their PATH.env as they get epoch 2's
+    # assignment, beside rank 0's CMD starting: wait for them to be past 1.
+    rdzvtest.wait_for(lambda: all(read_env(g.path("a%d.sock.env" % r)).get("RDZV_EPOCH")
+                                  not in (None, "1") for r in range(3)),
+                      "every rank's PATH.env past epoch 1", timeout=30)
     check(g.epoch() == 2 and all(read_env(g.path("a%d.sock.env" % r)).get("RDZV_EPOCH") == "2"
                                  for r in range(3)),
           "the group moved on again: epoch %d\n%s" % (g.epoch(), g.log("agent0-again.log")))

@@ -64,8 +64,15 @@ def main():
             rdzv, d.endpoint, "g", lambda s: s["members"] and len(s["members"]) == 2
             and s["members"][1]["serving"] is True, "rank 1 serving")
         report.ok(True, "rank 1, its agent with libcurl: serving (%.1f s)" % took, g)
-        # Rank 1 has been checked; rank 0's agent, were it checking, would
-        # have said so by now too. Give it a few more intervals all the same.
+        # Rank 0's agent says why once it has its assignment, which on a
+        # busy machine can come after rank 1 was checked: wait for the line.
+        # Were it checking, it would have said so by now too. Give it a few
+        # more intervals all the same (time to say it a second time, too).
+        try:
+            rdzvtest.wait_for(lambda: "libcurl" in open(logs[0]).read(),
+                              "rank 0's agent to say why", timeout=30, step=0.1)
+        except rdzvtest.Fail:
+            pass
         time.sleep(3 * INTERVAL)
         g = rdzvtest.group_status(rdzv, d.endpoint, "g")
         m0 = g["members"][0]

@@ -206,7 +206,10 @@ def heartbeat_and_stale_epoch(srv):
         box = {}
         t = threading.Thread(target=lambda: box.update(a=c1_new.join("hb", 2, 1, timeout=20)))
         t.start()
-        time.sleep(0.3)
+        # The new session's join has reached rdzvd once epoch 2 forms.
+        deadline = time.time() + 30
+        while c0.status("hb")[0]["epoch"] == a0.epoch and time.time() < deadline:
+            time.sleep(0.05)
         try:
             c0.heartbeat("hb", 0, a0.epoch)
             raise AssertionError("heartbeat of a past epoch succeeded")
@@ -512,7 +515,7 @@ def torchrun_handler_elastic_range(srv):
     late = {}
     t = threading.Thread(target=lambda: late.update(c=nodes["c"]._join()))
     t.start()
-    deadline = time.time() + 10
+    deadline = time.time() + 30
     while nodes["a"].num_nodes_waiting() == 0 and time.time() < deadline:
         time.sleep(0.2)
     assert nodes["a"].num_nodes_waiting() == 1, "node a did not see the late node's round"
@@ -571,7 +574,7 @@ def torchrun_handler_ranks_and_restart(srv):
     again = {}
     t = threading.Thread(target=lambda: again.update(b=b2._join()))
     t.start()
-    deadline = time.time() + 10
+    deadline = time.time() + 30
     while a.num_nodes_waiting() == 0 and time.time() < deadline:
         time.sleep(0.2)
     assert a.num_nodes_waiting() == 1, "the survivor did not see the new epoch"

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.request
 
@@ -56,16 +57,28 @@ def main():
                   and sample(text, "rdzv_join_to_assignment_seconds_count") == 2,
                   "metrics count the two assignments")
 
-        cli = subprocess.run([os.environ["RDZV"], "status", "--json", "--server", endpoint],
-                             capture_output=True, text=True, timeout=20, check=True).stdout
-        status, body = get(port, "/v1/groups")
-        # The same document, but NCCL IDs only counted over HTTP.
-        want = json.loads(cli)
-        for g in want["groups"]:
-            g.pop("nccl_unique_id", None)
-            g["nccl_unique_ids_redacted"] = len(g.pop("nccl_unique_ids", []))
-        report.ok(status == 200 and json.loads(body) == want and '"nccl_unique_id"' not in body,
-                  "/v1/groups is what rdzv status prints, NCCL IDs redacted")
+        def same():
+            """The CLI's document and /v1/groups, and whether they agree. Their
+            age_s and last_seen_s are whole seconds: a second can tick between
+            the two reads (more often on a loaded machine), so they are read
+            again until a pair agrees."""
+            cli = subprocess.run([os.environ["RDZV"], "status", "--json", "--server", endpoint],
+                                 capture_output=True, text=True, timeout=20, check=True).stdout
+            status, body = get(port, "/v1/groups")
+            # The same document, but NCCL IDs only counted over HTTP.
+            want = json.loads(cli)
+            for g in want["groups"]:
+                g.pop("nccl_unique_id", None)
+                g["nccl_unique_ids_redacted"] = len(g.pop("nccl_unique_ids", []))
+            return (status == 200 and json.loads(body) == want
+                    and '"nccl_unique_id"' not in body), status, body, want
+        got = same()
+        end = time.monotonic() + 30
+        while not got[0] and time.monotonic() < end:
+            time.sleep(0.1)
+            got = same()
+        report.ok(got[0], "/v1/groups is what rdzv status prints, NCCL IDs redacted",
+                  "HTTP %s: %s\nrdzv status: %s" % (got[1], got[2], json.dumps(got[3])))
         status, body = get(port, "/v1/groups/web")
         report.ok(status == 200 and json.loads(body)["groups"][0]["joined"] == [0, 1],
                   "/v1/groups/web is the group")
