@@ -118,7 +118,8 @@ wait_rank0() {
 }
 
 # A killed join does not block its restart: rank_taken is retried until
-# --timeout (the dead session's join waits in rdzvd for its 2 s first).
+# --timeout (the dead session's join waits in rdzvd for its 2 s first;
+# rank 1 comes 4 s after, lest it complete the group with the dead one).
 "$RDZV" join --group rt2 --world 2 --rank 0 --node n --host 127.0.0.1 --timeout 2 \
     >/dev/null 2>&1 &
 old=$!
@@ -127,7 +128,7 @@ kill -9 $old; wait $old 2>/dev/null
 "$RDZV" join --group rt2 --world 2 --rank 0 --node n --host 127.0.0.1 --timeout 10 \
     >"$dir/rt0.out" 2>"$dir/rt0.err" &
 new=$!
-sleep 2.5
+sleep 4
 "$RDZV" join --group rt2 --world 2 --rank 1 --node n --host 127.0.0.1 --timeout 10 >/dev/null
 wait $new
 check "a restarted join retries rank_taken, saying so, and joins" \
