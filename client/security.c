@@ -27,13 +27,13 @@ static int s_curve(rdzv_security_t *self, const char *server_file, const char *s
                        "RDZV_CURVE_SERVER_PUBLIC is (CURVE needs this client's secret key)");
         return -1;
     }
-    const char *why = rdzv_curve_cert_read(server_file, self->server_public, NULL);
-    if (why) {
+    char why[256];
+    if (rdzv_curve_cert_load(server_file, self->server_public, NULL, why, sizeof why) < 0) {
         rdzv_set_error(err, errlen, "RDZV_CURVE_SERVER_PUBLIC: cannot load the server "
                        "certificate %s: %s", server_file, why);
         return -1;
     }
-    if ((why = rdzv_curve_cert_read(secret_file, self->public, self->secret))) {
+    if (rdzv_curve_cert_load(secret_file, self->public, self->secret, why, sizeof why) < 0) {
         rdzv_set_error(err, errlen, "RDZV_CURVE_SECRET: cannot load a secret key from %s: %s",
                        secret_file, why);
         return -1;

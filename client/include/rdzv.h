@@ -8,7 +8,7 @@
  * rdzv_result_t; the reason is then in rdzv_client_error().
  *
  * The library talks to rdzvd through libzmq directly; it links libczmq only
- * to load CURVE certificates (zcert_load, no zsys or actors, so czmq's
+ * to read CURVE certificates (zconfig, no zsys or actors, so czmq's
  * signal handlers are never installed). It starts no threads of its own
  * beyond libzmq's I/O thread, so it is safe to load into an engine's
  * process. One client must not be used from two threads at once; use one

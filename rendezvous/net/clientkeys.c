@@ -94,11 +94,10 @@ static zhashx_t *s_read(const char *dir)
     zhashx_set_destructor(keys, (zhashx_destructor_fn *) zstr_free);
     zhashx_set_duplicator(keys, (zhashx_duplicator_fn *) strdup);
     for (int i = 0; i < n; i++) {
-        char path[4096], z85[RDZV_Z85_KEY_LEN + 1];
+        char path[4096], z85[RDZV_Z85_KEY_LEN + 1], why[256];
         const char *name = list[i]->d_name;
         snprintf(path, sizeof path, "%s/%s", dir, name);
-        const char *why = rdzv_curve_cert_read(path, z85, NULL);
-        if (why)
+        if (rdzv_curve_cert_read(path, z85, NULL, why, sizeof why) < 0)
             rdzv_core_log("clients", "skipped file=%s dir=%s reason=\"%s\"", name, dir, why);
         else
             zhashx_insert(keys, z85, (void *) name);   /* a repeated key keeps its first file */

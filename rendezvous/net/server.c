@@ -1,4 +1,5 @@
 #include "server.h"
+#include "curve_cert.h"
 #include "fds.h"
 #include "cpus.h"
 #include "listen.h"
@@ -34,10 +35,18 @@ static int s_start_auth(rdzv_server_t *self, const rdzv_server_security_t *sec,
         snprintf(err, errlen, "--curve-secret and --clients go together");
         return -1;
     }
-    zcert_t *cert = zcert_load(sec->curve_secret);
-    if (!cert || streq(zcert_secret_txt(cert), "0000000000000000000000000000000000000000")) {
-        zcert_destroy(&cert);
-        snprintf(err, errlen, "cannot load a secret key from %s (--curve-secret)", sec->curve_secret);
+    char public_z85[RDZV_Z85_KEY_LEN + 1], secret_z85[RDZV_Z85_KEY_LEN + 1], why[256];
+    uint8_t public_key[32], secret_key[32];
+    if (rdzv_curve_cert_load(sec->curve_secret, public_z85, secret_z85, why, sizeof why) < 0) {
+        snprintf(err, errlen, "cannot load a secret key from %s (--curve-secret): %s",
+                 sec->curve_secret, why);
+        return -1;
+    }
+    zmq_z85_decode(public_key, public_z85);
+    zmq_z85_decode(secret_key, secret_z85);
+    zcert_t *cert = zcert_new_from(public_key, secret_key);
+    if (!cert) {
+        snprintf(err, errlen, "out of memory");
         return -1;
     }
     rdzv_clientkeys_t *keys = rdzv_clientkeys_new(sec->clients_dir, err, errlen);

@@ -3,8 +3,10 @@
 check) still runs its engine and keeps its rank live, says once on stderr
 why it checks no health and what to install, and its rank's `serving`
 stays unknown (null): the group stays `complete`, listing it in
-`not_serving`, and a router never registers it. Beside it a rank whose agent has libcurl, running the same engine, is
-seen serving: the engine answers, only the check is missing. libcurl is
+`not_serving` (a router, which registers serving ranks only, would never
+get it; none runs here). Beside it a rank whose agent has libcurl,
+running the same engine, is seen serving: the engine answers, only the
+check is missing. libcurl is
 made unloadable by empty files under its sonames first on
 LD_LIBRARY_PATH (dlopen finds them and fails, "file too short"), as a
 Pod image without libcurl4 would fail. One line per check (rdzvtest).

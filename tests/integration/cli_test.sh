@@ -201,10 +201,25 @@ echo "not a certificate" >"$dir/curve/notes"
     >"$dir/curve/bad.out" 2>"$dir/curve/bad.err"
 check "a server certificate that does not parse: usage error naming it; czmq's parse error on stderr, stdout empty" \
     "[ $? = 2 ] && grep -qF 'cannot load the server certificate $dir/curve/notes' $dir/curve/bad.err && grep -q 'invalid syntax' $dir/curve/bad.err && [ ! -s $dir/curve/bad.out ]"
+cp "$dir/curve/rotated" "$dir/curve/public-only"
 "$RDZV" join --server "$(cat "$dir/curve/ep")" --curve-server-public "$dir/curve/server" \
-    --curve-secret "$dir/curve/rotated" --group k --world 1 --rank 0 2>"$dir/curve/pub.err"
-check "a public certificate as --curve-secret: usage error, it has no secret key" \
-    "[ $? = 2 ] && grep -qF 'cannot load a secret key from $dir/curve/rotated: no curve/secret-key' $dir/curve/pub.err"
+    --curve-secret "$dir/curve/public-only" --group k --world 1 --rank 0 \
+    >/dev/null 2>"$dir/curve/pub.err"
+check "a public certificate alone as --curve-secret: usage error, it has no secret key" \
+    "[ $? = 2 ] && grep -qF 'cannot load a secret key from $dir/curve/public-only: no curve/secret-key' $dir/curve/pub.err"
+"$RDZV" status --server "$(cat "$dir/curve/ep")" --curve-server-public "$dir/curve/server" \
+    --curve-secret "$dir/curve/rotated" --timeout 1 >/dev/null 2>"$dir/curve/pair.err"
+check "--curve-secret naming the public half of a pair reads its _secret beside it (asked, unanswered: exit 3)" \
+    "[ $? = 3 ] && grep -qF \"$curve_why\" $dir/curve/pair.err"
+"$RDZV" status --server "$(cat "$dir/curve/ep")" --curve-server-public "$dir/curve/nosuch" \
+    --curve-secret "$dir/curve/rotated_secret" --timeout 1 >/dev/null 2>"$dir/curve/nosuch.err"
+check "a --curve-server-public that does not exist: usage error saying so" \
+    "[ $? = 2 ] && grep -qF 'cannot load the server certificate $dir/curve/nosuch: No such file or directory' $dir/curve/nosuch.err"
+"$RDZVD" --bind 'tcp://127.0.0.1:*' --state-dir "$dir/curve/state2" --no-nccl \
+    --curve-secret "$dir/curve/public-only" --clients "$dir/curve/clients" \
+    >/dev/null 2>"$dir/curve/rdzvd-public-only.err"
+check "rdzvd --curve-secret of a public certificate alone: refuses to start, saying why" \
+    "[ $? != 0 ] && grep -qF 'cannot load a secret key from $dir/curve/public-only (--curve-secret): no curve/secret-key' $dir/curve/rdzvd-public-only.err"
 kill $cpid
 wait $cpid 2>/dev/null
 
