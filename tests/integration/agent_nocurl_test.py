@@ -56,11 +56,8 @@ def main():
                 env["LD_LIBRARY_PATH"] = ":".join(
                     p for p in (nocurl, os.environ.get("LD_LIBRARY_PATH")) if p)
             agents.append(subprocess.Popen(
-                [rdzv, "agent", "--server", d.endpoint, "--group", "g", "--world", "2",
-                 "--rank", str(r), "--host", "127.0.0.1", "--node", "host-a",
-                 "--socket", os.path.join(tmp.name, "a%d.sock" % r), "--shim", shim,
-                 "--port-range", "%d-%d" % (base, base + 512), "--heartbeat", "1",
-                 "--health-interval", str(INTERVAL), "--", sys.executable, "-c", ENGINE],
+                rdzvtest.health_agent_argv(rdzv, d.endpoint, tmp.name, r, shim, base, INTERVAL,
+                                           ENGINE),
                 env=env, stdout=subprocess.DEVNULL, stderr=open(logs[r], "w")))
         g, took = rdzvtest.until_status(
             rdzv, d.endpoint, "g", lambda s: s["members"] and len(s["members"]) == 2

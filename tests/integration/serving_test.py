@@ -152,11 +152,8 @@ def main():
         env = dict(os.environ, HEALTH_FILE=health)
         for r in range(2):
             agents.append(subprocess.Popen(
-                [rdzv, "agent", "--server", d.endpoint, "--group", "g", "--world", "2",
-                 "--rank", str(r), "--host", "127.0.0.1", "--node", "host-a",
-                 "--socket", os.path.join(tmp.name, "a%d.sock" % r), "--shim", shim,
-                 "--port-range", "%d-%d" % (base, base + 512), "--heartbeat", "1",
-                 "--health-interval", str(INTERVAL), "--", sys.executable, "-c", ENGINE],
+                rdzvtest.health_agent_argv(rdzv, d.endpoint, tmp.name, r, shim, base, INTERVAL,
+                                           ENGINE),
                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
         g, took = until(lambda s: s.get("state") == "serving", "the group serving")
         report.ok(g["serving_count"] == 2 and g["live_count"] == 2 and g["not_serving"] == []

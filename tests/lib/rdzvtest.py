@@ -233,6 +233,17 @@ def until_status(rdzv, endpoint, group, pred, what, timeout=30):
     return got, time.monotonic() - t0
 
 
+def health_agent_argv(rdzv, endpoint, workdir, rank, shim, base, interval, engine):
+    """`rdzv agent` for rank of world-2 group g on node host-a, checking the
+    health of its engine (python -c engine, under the shim) every interval
+    seconds; its socket in workdir, its plan in [base, base + 512]."""
+    return [rdzv, "agent", "--server", endpoint, "--group", "g", "--world", "2",
+            "--rank", str(rank), "--host", "127.0.0.1", "--node", "host-a",
+            "--socket", os.path.join(workdir, "a%d.sock" % rank), "--shim", shim,
+            "--port-range", "%d-%d" % (base, base + 512), "--heartbeat", "1",
+            "--health-interval", str(interval), "--", sys.executable, "-c", engine]
+
+
 def stop_agent(proc, timeout=20):
     """Stops an `rdzv agent` and the CMD it runs: SIGTERM (the agent passes
     it on), then SIGKILL to both after timeout. An agent killed outright
